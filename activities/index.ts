@@ -1,0 +1,25 @@
+import type { Config } from '../common/config';
+import type { Logger } from '../common/logger';
+import type { Db } from '../db/knex';
+import type { OperationService } from '../domain/operations';
+import type { Providers } from '../providers';
+import { createOperationActivities } from './operations.activities';
+
+export interface ActivityDeps {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  providers: Providers;
+  operations: OperationService;
+}
+
+/**
+ * Every activity the worker registers, built over its dependencies. Families add their factory here.
+ */
+export function createActivities(deps: ActivityDeps) {
+  return {
+    ...createOperationActivities(deps),
+  };
+}
+
+export type Activities = ReturnType<typeof createActivities>;

@@ -1,0 +1,65 @@
+import type { Client } from '@temporalio/client';
+import type { Config } from '../common/config';
+import { createLogger, type Logger } from '../common/logger';
+import { createDb, type Db } from '../db/knex';
+import { AuditWriter } from '../domain/audit';
+import { CredentialResolver } from '../domain/credentials';
+import { loadKeyring } from '../domain/instance';
+import { OperationService } from '../domain/operations';
+import { RateLimiter } from '../domain/rate-limit';
+import { TemporalGateway } from '../domain/temporal';
+import { createProviders } from '../providers';
+import { createApp } from './app';
+import type { AppDeps } from './deps';
+import { Cursors } from './pagination';
+import { buildRouteTable } from './routes';
+
+/** Wires the API process: database, Temporal client, providers, and the Express app. */
+export async function createApi(config: Config, options: { db?: Db; temporalClient?: Client; logger?: Logger } = {}) {
+  const logger = options.logger ?? createLogger(config.LOG_LEVEL, 'api');
+  const db = options.db ?? createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
+  const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
+  const temporal = new TemporalGateway(
+    {
+      address: config.TEMPORAL_ADDRESS,
+      namespace: config.TEMPORAL_NAMESPACE,
+      taskQueue: config.TEMPORAL_TASK_QUEUE,
+      useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
+    },
+    options.temporalClient,
+  );
+  const deps: AppDeps = {
+    config,
+    db,
+    logger,
+    keyring,
+    cursors: new Cursors(keyring),
+    temporal,
+    providers: createProviders({ db, config }),
+    credentials: new CredentialResolver(db, config.CREDENTIAL_CACHE_TTL),
+    audit: new AuditWriter(db, logger, config.AUDIT_FLUSH_INTERVAL),
+    rateLimiter: new RateLimiter(
+      {
+        default: { per_key: config.RATE_LIMIT_DEFAULT_PER_KEY, per_account: config.RATE_LIMIT_DEFAULT_PER_ACCOUNT },
+        mutations: { per_key: config.RATE_LIMIT_MUTATIONS_PER_KEY, per_account: config.RATE_LIMIT_MUTATIONS_PER_ACCOUNT },
+      },
+      config.RATE_LIMIT_WINDOW,
+    ),
+    operations: new OperationService(db, temporal, {
+      cacheTtlMs: config.OPERATION_CACHE_TTL,
+      queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
+      logger,
+    }),
+  };
+  const routes = buildRouteTable({ devEndpoints: config.CLOUD_DEV_ENDPOINTS });
+  const app = createApp(deps, routes);
+
+  /** Drains the audit queue; closes what this function opened. */
+  async function close(): Promise<void> {
+    await deps.audit.close();
+    if (!options.temporalClient) await temporal.close();
+    if (!options.db) await db.destroy();
+  }
+
+  return { app, deps, routes, close };
+}

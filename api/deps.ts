@@ -1,0 +1,26 @@
+import type { Config } from '../common/config';
+import type { Keyring } from '../common/crypto';
+import type { Logger } from '../common/logger';
+import type { Db } from '../db/knex';
+import type { AuditWriter } from '../domain/audit';
+import type { CredentialResolver } from '../domain/credentials';
+import type { OperationService } from '../domain/operations';
+import type { RateLimiter } from '../domain/rate-limit';
+import type { TemporalGateway } from '../domain/temporal';
+import type { Providers } from '../providers';
+import type { Cursors } from './pagination';
+
+/** What route handlers may use. Built once per process by api/bootstrap.ts (and by tests). */
+export interface AppDeps {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  keyring: Keyring;
+  cursors: Cursors;
+  temporal: TemporalGateway;
+  providers: Providers;
+  credentials: CredentialResolver;
+  audit: AuditWriter;
+  rateLimiter: RateLimiter;
+  operations: OperationService;
+}

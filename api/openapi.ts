@@ -1,0 +1,90 @@
+import { OpenAPIRegistry, OpenApiGeneratorV31 } from '@asteasolutions/zod-to-openapi';
+import { ErrorSchema } from './schemas';
+import type { AnyRoute } from './route';
+
+const STANDARD_ERRORS: Array<[number, string]> = [
+  [400, 'Invalid request (`validation_failed`, `invalid_json`, ...)'],
+  [401, 'Missing or invalid credential'],
+  [403, 'The credential lacks the scope (`insufficient_scope`) or the credential type'],
+  [404, 'Not found, or not visible to this credential'],
+  [429, 'Rate limited'],
+  [500, 'Internal error'],
+];
+
+/**
+ * The OpenAPI 3.1 document, generated from the same route table that builds the router. Marks go in
+ * `x-cloud-marks` (plus one boolean extension per mark), the scope in the security requirement and
+ * in `x-cloud-scope`.
+ */
+export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string; serverUrl?: string }) {
+  const registry = new OpenAPIRegistry();
+  const bearer = registry.registerComponent('securitySchemes', 'bearer', {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'An API key (`cloud_live_...`) or a session token (`cloud_sess_...`).',
+  });
+
+  for (const route of routes) {
+    if (route.internal) continue;
+    const responses: Record<string, object> = {};
+    for (const r of route.responses) {
+      responses[String(r.status)] = r.schema
+        ? { description: r.description, content: { 'application/json': { schema: r.schema } } }
+        : { description: r.description };
+    }
+    for (const [status, description] of STANDARD_ERRORS) {
+      responses[String(status)] ??= { description, content: { 'application/json': { schema: ErrorSchema } } };
+    }
+    const headers = [
+      ...(route.idempotencyKey === 'required' || route.method !== 'get'
+        ? [
+            {
+              name: 'Idempotency-Key',
+              in: 'header' as const,
+              required: route.idempotencyKey === 'required',
+              schema: { type: 'string' as const, maxLength: 255 },
+              description: route.returnsSecret
+                ? 'Accepted, but this call returns a secret and is never replayed.'
+                : 'Replays the stored 2xx answer of an earlier request with the same key for 24 hours.',
+            },
+          ]
+        : []),
+    ];
+    registry.registerPath({
+      method: route.method,
+      path: route.path,
+      operationId: route.operationId,
+      summary: route.summary,
+      description: route.description,
+      tags: [route.tag],
+      security: route.credential === 'none' ? [] : [{ [bearer.name]: route.scope ? [route.scope] : [] }],
+      request: {
+        params: route.params,
+        query: route.query,
+        body: route.body ? { content: { 'application/json': { schema: route.body } }, required: true } : undefined,
+      },
+      parameters: headers,
+      responses,
+      'x-cloud-scope': route.scope,
+      'x-cloud-credential': route.credential,
+      'x-cloud-marks': route.marks,
+      'x-cloud-reversible': route.marks.includes('R'),
+      'x-cloud-destructive': route.marks.includes('D'),
+      'x-cloud-async': route.marks.includes('A'),
+      'x-cloud-idempotent': route.marks.includes('I'),
+    });
+  }
+
+  const generator = new OpenApiGeneratorV31(registry.definitions);
+  return generator.generateDocument({
+    openapi: '3.1.0',
+    info: {
+      title: 'Cloud control-plane API',
+      version: info.version,
+      description:
+        'One JSON-over-HTTP API for every hosting product of a customer account. Errors share one envelope; lists use opaque cursors; work that takes time answers 202 with an operation.',
+    },
+    servers: [{ url: info.serverUrl ?? '/' }],
+    tags: [...new Set(routes.filter((r) => !r.internal).map((r) => r.tag))].map((name) => ({ name })),
+  });
+}

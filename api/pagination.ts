@@ -1,0 +1,99 @@
+import type { Knex } from 'knex';
+import { z } from 'zod';
+import type { Keyring } from '../common/crypto';
+import { constantTimeEqual } from '../common/crypto';
+import { validationFailed } from './errors';
+
+export const DEFAULT_PAGE_SIZE = 20;
+export const MAX_PAGE_SIZE = 100;
+const API_VERSION = 'v1';
+
+/** `limit` and `cursor`, for every list route's query schema. */
+export function paginationQuery(defaultLimit = DEFAULT_PAGE_SIZE) {
+  return {
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(MAX_PAGE_SIZE)
+      .default(defaultLimit)
+      .meta({ description: `Page size, 1 to ${MAX_PAGE_SIZE} (default ${defaultLimit}).` }),
+    cursor: z.string().max(1024).optional().meta({ description: 'The `next_cursor` of the previous page. Opaque.' }),
+  };
+}
+
+export interface ListEnvelope<T> {
+  object: 'list';
+  data: T[];
+  has_more: boolean;
+  next_cursor: string | null;
+}
+
+/**
+ * Opaque, tamper-evident keyset cursors: `<payload>.<hmac>` in base64url. The payload carries the
+ * API version and a fingerprint of the list (route and filters), so a cursor cannot be replayed on
+ * another list, another filter or another API version.
+ */
+export class Cursors {
+  constructor(private readonly keyring: Keyring) {}
+
+  encode(list: string, key: unknown): string {
+    const payload = Buffer.from(JSON.stringify({ v: API_VERSION, l: list, k: key })).toString('base64url');
+    return `${payload}.${this.sign(payload).toString('base64url')}`;
+  }
+
+  decode(list: string, cursor: string): unknown {
+    const [payload, sig, extra] = cursor.split('.');
+    const bad = () => validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list; start again without it' }]);
+    if (!payload || !sig || extra !== undefined) throw bad();
+    if (!constantTimeEqual(Buffer.from(sig, 'base64url'), this.sign(payload))) throw bad();
+    let parsed: { v?: string; l?: string; k?: unknown };
+    try {
+      parsed = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    } catch {
+      throw bad();
+    }
+    if (parsed.v !== API_VERSION || parsed.l !== list) throw bad();
+    return parsed.k;
+  }
+
+  private sign(payload: string): Buffer {
+    return this.keyring.sign('cursor', payload).subarray(0, 18);
+  }
+}
+
+/**
+ * Keyset pagination over one unique, ordered column (newest first by default). Reads limit+1 rows
+ * to learn whether another page exists; there are no totals.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function keysetPage<Row extends object = any>(
+  qb: Knex.QueryBuilder,
+  opts: { cursors: Cursors; list: string; column: string; limit: number; cursor?: string; ascending?: boolean; keyOf?: (row: Row) => unknown },
+): Promise<{ rows: Row[]; hasMore: boolean; nextCursor: string | null }> {
+  const keyOf = opts.keyOf ?? ((row: Row) => (row as Record<string, unknown>)[opts.column.split('.').pop()!]);
+  if (opts.cursor !== undefined) {
+    const after = opts.cursors.decode(opts.list, opts.cursor);
+    if (typeof after !== 'number' && typeof after !== 'string') {
+      throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
+    }
+    qb.where(opts.column, opts.ascending ? '>' : '<', after);
+  }
+  const rows: Row[] = await qb.orderBy(opts.column, opts.ascending ? 'asc' : 'desc').limit(opts.limit + 1);
+  const hasMore = rows.length > opts.limit;
+  if (hasMore) rows.length = opts.limit;
+  const nextCursor = hasMore ? opts.cursors.encode(opts.list, keyOf(rows[rows.length - 1])) : null;
+  return { rows, hasMore, nextCursor };
+}
+
+export function listEnvelope<T>(data: T[], page: { hasMore: boolean; nextCursor: string | null }): ListEnvelope<T> {
+  return { object: 'list', data, has_more: page.hasMore, next_cursor: page.nextCursor };
+}
+
+/** A stable fingerprint of a list and its filters, for the cursor's `list` binding. */
+export function listFingerprint(route: string, filters: Record<string, unknown>): string {
+  const entries = Object.entries(filters)
+    .filter(([k, v]) => v !== undefined && k !== 'cursor' && k !== 'limit')
+    .sort(([a], [b]) => a.localeCompare(b));
+  return `${route}?${JSON.stringify(entries)}`;
+}

@@ -1,0 +1,100 @@
+import type { Request, Response } from 'express';
+import { type z } from 'zod';
+import type { AppDeps } from './deps';
+import type { Principal } from '../domain/principal';
+
+/**
+ * One declarative route table drives both the Express router and the OpenAPI document
+ * (api/openapi.ts), so the two cannot drift apart.
+ */
+export type HttpMethod = 'get' | 'post' | 'put' | 'patch' | 'delete';
+
+/** SPEC legend: R reversible, D destructive, A asynchronous (202 + operation), I idempotent. */
+export type Mark = 'R' | 'D' | 'A' | 'I';
+
+export type CredentialRule =
+  /** Any valid API key or session. */
+  | 'credential'
+  /** Sessions only (API keys get 403 session_required). */
+  | 'session'
+  /** Public: no credential is read. */
+  | 'none';
+
+export interface HandlerResult {
+  status?: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+type ZObject = z.ZodObject<z.ZodRawShape>;
+type Infer<T> = T extends z.ZodType ? z.infer<T> : undefined;
+
+export interface HandlerContext<P, Q, B, Auth> {
+  params: P;
+  query: Q;
+  body: B;
+  principal: Auth;
+  deps: AppDeps;
+  req: Request;
+  res: Response;
+  requestId: string;
+}
+
+export interface ResponseSpec {
+  status: number;
+  description: string;
+  schema?: z.ZodType;
+}
+
+export interface RouteDef<
+  PS extends ZObject | undefined = ZObject | undefined,
+  QS extends ZObject | undefined = ZObject | undefined,
+  BS extends z.ZodType | undefined = z.ZodType | undefined,
+  C extends CredentialRule = CredentialRule,
+> {
+  method: HttpMethod;
+  /** OpenAPI-style template: `/v1/services/{id}`. */
+  path: string;
+  operationId: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  /** The scope the credential needs; null for routes any valid credential (or none) may call. */
+  scope: string | null;
+  credential: C;
+  marks: Mark[];
+  params?: PS;
+  query?: QS;
+  body?: BS;
+  /** `required`: a mutation that refuses to run without `Idempotency-Key` (orders). */
+  idempotencyKey?: 'optional' | 'required';
+  /** Returns a secret or a credential-bearing URL: never stored for idempotent replay (convention 6). */
+  returnsSecret?: boolean;
+  /** Outside /v1 (health, dev stand-ins): not audited, not rate limited, not in the OpenAPI document. */
+  internal?: boolean;
+  responses: ResponseSpec[];
+  handler: (
+    ctx: HandlerContext<Infer<PS>, Infer<QS>, Infer<BS>, C extends 'none' ? Principal | null : Principal>,
+  ) => Promise<HandlerResult>;
+}
+
+// `any` here erases the per-route generics so routes of different shapes fit one table.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyRoute = RouteDef<any, any, any, any>;
+
+/** Identity function that gives a route literal its inferred handler types. */
+export function defineRoute<
+  PS extends ZObject | undefined = undefined,
+  QS extends ZObject | undefined = undefined,
+  BS extends z.ZodType | undefined = undefined,
+  C extends CredentialRule = 'credential',
+>(route: RouteDef<PS, QS, BS, C>): RouteDef<PS, QS, BS, C> {
+  return route;
+}
+
+export const isMutation = (method: string) => method !== 'get' && method !== 'head';
+
+/** `/v1/services/{id}` -> `/v1/services/:id` (the form recorded as `route` in the audit log). */
+export function toExpressPath(path: string): string {
+  return path.replace(/\{([a-zA-Z_]+)\}/g, ':$1');
+}

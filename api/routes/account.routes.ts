@@ -1,0 +1,103 @@
+import { z } from 'zod';
+import { formatId } from '../../common/ids';
+import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
+import { defineRoute } from '../route';
+import { AccountSchema, AuditLogSchema, iso, listOf } from '../schemas';
+import type { AuditLogModel } from '../../db/models';
+
+function presentAuditLog(row: AuditLogModel) {
+  return {
+    object: 'audit_log' as const,
+    id: formatId('log', row.id),
+    request_id: row.request_id,
+    method: row.method,
+    path: row.path,
+    route: row.route,
+    status: row.status,
+    error_code: row.error_code,
+    scope_required: row.scope_required,
+    credential_id: row.credential_id,
+    ip: row.ip,
+    via: row.via as 'api' | 'cli' | 'mcp' | null,
+    duration_ms: row.duration_ms,
+    created_at: iso(row.created_at),
+  };
+}
+
+export const accountRoutes = [
+  defineRoute({
+    method: 'get',
+    path: '/v1/account',
+    operationId: 'getAccount',
+    summary: 'The account and the credential in use',
+    tag: 'Account',
+    scope: 'account:read',
+    credential: 'credential',
+    marks: [],
+    responses: [{ status: 200, description: 'The account', schema: AccountSchema }],
+    async handler({ principal, deps }) {
+      const account = await deps.db('accounts').where({ id: principal.accountId }).first();
+      return {
+        body: {
+          object: 'account',
+          id: formatId('cus', account.id),
+          name: account.name,
+          company: account.company,
+          email: account.email,
+          country: account.country,
+          status: account.status,
+          credit: account.credit,
+          currency: account.currency,
+          credential: {
+            object: 'credential',
+            id: principal.type === 'api_key' ? principal.credentialId : null,
+            type: principal.type,
+            scopes: [...principal.scopes].sort(),
+            service_allowlist: principal.serviceAllowlist.map((id) => formatId('svc', id)),
+            is_owner: principal.isOwner,
+            rate_limit_tier: principal.rateLimitTier,
+          },
+        },
+      };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/audit-logs',
+    operationId: 'listAuditLogs',
+    summary: 'The audit log of API activity',
+    description: 'Every /v1 request of the account, newest first: route template, status, error code, required scope, credential, ip, channel and duration. Never bodies or secrets.',
+    tag: 'Account',
+    scope: 'account:read',
+    credential: 'credential',
+    marks: [],
+    query: z.object({
+      ...paginationQuery(),
+      method: z.enum(['GET', 'POST', 'PUT', 'PATCH', 'DELETE']).optional(),
+      status: z.coerce.number().int().min(100).max(599).optional(),
+      credential_id: z.string().max(100).optional(),
+      via: z.enum(['api', 'cli', 'mcp']).optional(),
+      created_after: z.iso.datetime({ offset: true }).optional(),
+      created_before: z.iso.datetime({ offset: true }).optional(),
+    }),
+    responses: [{ status: 200, description: 'A page of audit log entries', schema: listOf(AuditLogSchema, 'AuditLogList') }],
+    async handler({ query, principal, deps }) {
+      const qb = deps.db('audit_logs').where('account_id', principal.accountId);
+      if (query.method) qb.where('method', query.method);
+      if (query.status) qb.where('status', query.status);
+      if (query.credential_id) qb.where('credential_id', query.credential_id);
+      if (query.via) qb.where('via', query.via);
+      if (query.created_after) qb.where('created_at', '>', query.created_after);
+      if (query.created_before) qb.where('created_at', '<', query.created_before);
+      const { limit, cursor, ...filters } = query;
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('audit-logs', filters),
+        column: 'id',
+        limit,
+        cursor,
+      });
+      return { body: listEnvelope(page.rows.map((r) => presentAuditLog(r as unknown as AuditLogModel)), page) };
+    },
+  }),
+];

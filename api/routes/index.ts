@@ -1,0 +1,27 @@
+import type { AnyRoute } from '../route';
+import { accountRoutes } from './account.routes';
+import { apiKeyRoutes } from './api-keys.routes';
+import { devRoutes } from './dev.routes';
+import { metaRoutes } from './meta.routes';
+import { operationRoutes } from './operations.routes';
+import { serviceRoutes } from './services.routes';
+import { sessionRoutes } from './sessions.routes';
+
+/**
+ * The route table: every public route of the API, one entry each. Product families add their
+ * routes here; the router, the OpenAPI document, the capabilities and the scope-matrix test all
+ * read this list.
+ */
+export function buildRouteTable(options: { devEndpoints: boolean }): AnyRoute[] {
+  const table: AnyRoute[] = [];
+  table.push(
+    ...metaRoutes(() => table),
+    ...sessionRoutes,
+    ...apiKeyRoutes,
+    ...accountRoutes,
+    ...serviceRoutes,
+    ...operationRoutes,
+  );
+  if (options.devEndpoints) table.push(...devRoutes);
+  return table;
+}

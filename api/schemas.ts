@@ -1,0 +1,161 @@
+import { z } from 'zod';
+
+/**
+ * Response schemas of the core resources (SPEC "Resources and their fields"). They document the
+ * OpenAPI document and are checked against real responses in the tests.
+ */
+const ts = z.string().nullable().meta({ description: 'ISO 8601 timestamp' });
+
+export const ErrorSchema = z
+  .object({
+    error: z.object({
+      type: z.enum(['authentication_error', 'authorization_error', 'invalid_request_error', 'rate_limit_error', 'api_error']),
+      code: z.string(),
+      message: z.string(),
+      param: z.string().nullable(),
+      request_id: z.string(),
+      required_scope: z.string().optional(),
+      retry_after: z.number().int().optional(),
+      errors: z.array(z.object({ param: z.string(), message: z.string() })).optional(),
+    }),
+  })
+  .meta({ id: 'Error' });
+
+export function listOf<T extends z.ZodType>(item: T, id: string) {
+  return z
+    .object({
+      object: z.literal('list'),
+      data: z.array(item),
+      has_more: z.boolean(),
+      next_cursor: z.string().nullable(),
+    })
+    .meta({ id });
+}
+
+export const CapabilitiesSchema = z
+  .object({
+    object: z.literal('capabilities'),
+    api_version: z.string(),
+    brand: z.string(),
+    resources: z.array(z.string()),
+    scopes: z.array(z.string()),
+    scopes_never_grantable_to_keys: z.array(z.string()),
+    limits: z.object({
+      max_page_size: z.number().int(),
+      default_page_size: z.number().int(),
+      rate_limits: z.record(z.string(), z.object({ per_key: z.number().int(), per_account: z.number().int() })),
+    }),
+    features: z.record(z.string(), z.boolean()),
+  })
+  .meta({ id: 'Capabilities' });
+
+export const CredentialSchema = z
+  .object({
+    object: z.literal('credential'),
+    id: z.string().nullable(),
+    type: z.enum(['api_key', 'session']),
+    scopes: z.array(z.string()),
+    service_allowlist: z.array(z.string()),
+    is_owner: z.boolean(),
+    rate_limit_tier: z.string().nullable(),
+  })
+  .meta({ id: 'Credential' });
+
+export const AccountSchema = z
+  .object({
+    object: z.literal('account'),
+    id: z.string(),
+    name: z.string().nullable(),
+    company: z.string().nullable(),
+    email: z.string().nullable(),
+    country: z.string().nullable(),
+    status: z.string().nullable(),
+    credit: z.number().nullable(),
+    currency: z.string(),
+    credential: CredentialSchema,
+  })
+  .meta({ id: 'Account' });
+
+export const ApiKeySchema = z
+  .object({
+    object: z.literal('api_key'),
+    id: z.string(),
+    name: z.string().nullable(),
+    token_prefix: z.string().nullable(),
+    token_last4: z.string().nullable(),
+    scopes: z.array(z.string()),
+    service_allowlist: z.array(z.string()),
+    rate_limit_tier: z.string().nullable(),
+    last_used_at: ts,
+    expires_at: ts,
+    created_at: ts,
+    revoked_at: ts,
+  })
+  .meta({ id: 'ApiKey' });
+
+export const CreatedApiKeySchema = ApiKeySchema.extend({ token: z.string() }).meta({ id: 'CreatedApiKey' });
+
+export const ServiceSchema = z
+  .object({
+    object: z.literal('service'),
+    id: z.string(),
+    family: z.enum(['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']),
+    status: z.enum(['active', 'pending', 'suspended', 'terminated', 'cancelled', 'fraud', 'unknown']),
+    name: z.string().nullable(),
+    label: z.string().nullable(),
+    primary_ip: z.string().nullable(),
+    billing_cycle: z.string().nullable(),
+    next_due_date: z.string().nullable(),
+    created_at: ts,
+    capabilities: z.record(z.string(), z.boolean()),
+  })
+  .meta({ id: 'Service' });
+
+export const OperationSchema = z
+  .object({
+    object: z.literal('operation'),
+    id: z.string(),
+    type: z.string(),
+    status: z.enum(['pending', 'running', 'succeeded', 'failed']),
+    progress: z.number().int().min(0).max(100).nullable(),
+    resource: z.object({ object: z.string(), id: z.string() }).nullable(),
+    result: z.unknown(),
+    error: z.unknown(),
+    stale: z.boolean(),
+    created_at: ts,
+    completed_at: ts,
+  })
+  .meta({ id: 'Operation' });
+
+export const AuditLogSchema = z
+  .object({
+    object: z.literal('audit_log'),
+    id: z.string(),
+    request_id: z.string(),
+    method: z.string(),
+    path: z.string(),
+    route: z.string().nullable(),
+    status: z.number().int(),
+    error_code: z.string().nullable(),
+    scope_required: z.string().nullable(),
+    credential_id: z.string().nullable(),
+    ip: z.string().nullable(),
+    via: z.enum(['api', 'cli', 'mcp']).nullable(),
+    duration_ms: z.number().int().nullable(),
+    created_at: ts,
+  })
+  .meta({ id: 'AuditLog' });
+
+export const SessionSchema = z
+  .object({
+    object: z.literal('session'),
+    token: z.string(),
+    expires_at: z.string(),
+    user: z.object({ id: z.string(), email: z.string(), is_owner: z.boolean() }),
+  })
+  .meta({ id: 'Session' });
+
+/** A path parameter carrying a resource id (with or without its prefix). */
+export const idParam = (example: string) => z.string().min(1).max(200).meta({ example });
+
+export const iso = (d: Date | string | null | undefined): string | null => (d ? new Date(d).toISOString() : null);

@@ -1,0 +1,28 @@
+import pino from 'pino';
+
+/**
+ * One logger for every process. Secrets must never reach it; the redact list is a second line of
+ * defence for fields that carry them, in case one is ever logged by mistake.
+ */
+export const REDACTED_FIELDS = [
+  'password',
+  'root_password',
+  'token',
+  'secret',
+  'file',
+  'authorization',
+  '*.password',
+  '*.root_password',
+  '*.token',
+  '*.secret',
+  '*.file',
+  '*.authorization',
+  'req.headers.authorization',
+  'headers.authorization',
+];
+
+export function createLogger(level: string = process.env.LOG_LEVEL ?? 'info', name = 'cloud') {
+  return pino({ name, level, redact: { paths: REDACTED_FIELDS, censor: '[redacted]' } });
+}
+
+export type Logger = ReturnType<typeof createLogger>;

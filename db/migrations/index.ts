@@ -1,0 +1,16 @@
+import type { Knex } from 'knex';
+import * as core from './20261122000001_core';
+
+/**
+ * Migrations are listed here rather than discovered on disk, so that they run the same under
+ * tsx, vitest and a bundled build. Append new migrations at the end; never reorder.
+ */
+const migrations: Array<[string, Knex.Migration]> = [
+  ['20261122000001_core', core],
+];
+
+export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {
+  getMigrations: async () => migrations,
+  getMigrationName: ([name]) => name,
+  getMigration: async ([, migration]) => migration,
+};

@@ -1,0 +1,92 @@
+import type { Knex } from 'knex';
+import { hashPassword } from '../../common/crypto';
+import { DEFAULT_CAPABILITIES } from '../../domain/capabilities';
+
+export interface DemoPasswords {
+  owner: string;
+  dev: string;
+}
+
+/** The non-owner's narrower permission set (DECISIONS "Seed": some scopes, some services). */
+export const DEV_USER_SCOPES = [
+  'services:read',
+  'operations:read',
+  'account:read',
+  'apikeys:read',
+  'apikeys:write',
+  'vps:read',
+  'vps:power',
+  'dns:read',
+  'dns:write',
+  'orders:read',
+];
+
+/** One active service of every family, each with a label a person recognises. */
+export const DEMO_SERVICES = [
+  { family: 'vps', product: 'vps-s', name: 'VPS S', label: 'web-1.example.test', primary_ip: '203.0.113.10', dev: true },
+  { family: 'vps', product: 'vps-container', name: 'Container VPS', label: 'ct-1.example.test', primary_ip: '203.0.113.11', dev: false },
+  { family: 'dns', product: 'dns-zone', name: 'DNS Zone', label: 'example.test', primary_ip: null, dev: true },
+  { family: 'dbaas', product: 'dbaas-postgres-s', name: 'Managed PostgreSQL S', label: 'db-1', primary_ip: '203.0.113.20', dev: false },
+  { family: 'caas', product: 'caas-starter', name: 'Container Apps Starter', label: 'apps-1', primary_ip: '203.0.113.30', dev: false },
+  { family: 'lb', product: 'lb-s', name: 'Load Balancer S', label: 'lb-1', primary_ip: '203.0.113.40', dev: false },
+  { family: 'objectstorage', product: 'objectstorage-250', name: 'Object Storage 250 GB', label: 'storage', primary_ip: null, dev: false },
+  { family: 'mailgateway', product: 'mailgateway-10k', name: 'Mail Gateway 10k', label: 'mail', primary_ip: null, dev: false },
+  { family: 'other', product: 'wordpress-starter', name: 'WordPress Starter', label: 'blog.example.test', primary_ip: '203.0.113.50', dev: false },
+] as const;
+
+/**
+ * Account cus_1 with its owner, a narrower developer and one active service per family.
+ * Idempotent: existing rows are kept (passwords are only set when a user is created).
+ */
+export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<{ createdUsers: boolean }> {
+  return db.transaction(async (trx) => {
+    await trx('accounts')
+      .insert({ id: 1, name: 'Demo Account', company: 'Example Ltd', email: 'owner@example.test', country: 'DE', currency: 'EUR', credit: 5.0 })
+      .onConflict('id')
+      .ignore();
+    await trx.raw(`select setval(pg_get_serial_sequence('accounts', 'id'), greatest((select max(id) from accounts), 1))`);
+
+    let createdUsers = false;
+    const ensureUser = async (email: string, password: string, fields: { is_owner: boolean; scopes: string[]; all_services: boolean }) => {
+      const existing = await trx('users').whereRaw('lower(email) = ?', [email]).first();
+      if (existing) return existing.id as number;
+      createdUsers = true;
+      const [row] = await trx('users')
+        .insert({ account_id: 1, email, password_hash: await hashPassword(password), ...fields })
+        .returning('id');
+      return row.id as number;
+    };
+    await ensureUser('owner@example.test', passwords.owner, { is_owner: true, scopes: [], all_services: true });
+    const devId = await ensureUser('dev@example.test', passwords.dev, { is_owner: false, scopes: DEV_USER_SCOPES, all_services: false });
+
+    const today = new Date();
+    const nextDue = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() + 1, 1)).toISOString().slice(0, 10);
+    for (const svc of DEMO_SERVICES) {
+      let row = await trx('services').where({ account_id: 1, label: svc.label, family: svc.family }).first();
+      if (!row) {
+        [row] = await trx('services')
+          .insert({
+            account_id: 1,
+            family: svc.family,
+            product: svc.product,
+            status: 'active',
+            name: svc.name,
+            label: svc.label,
+            primary_ip: svc.primary_ip,
+            billing_cycle: 'monthly',
+            next_due_date: nextDue,
+            capabilities: JSON.stringify(
+              svc.product === 'vps-container'
+                ? { ...DEFAULT_CAPABILITIES.vps, console: true, reinstall: true }
+                : DEFAULT_CAPABILITIES[svc.family],
+            ),
+          })
+          .returning('*');
+      }
+      if (svc.dev) {
+        await trx('user_service_permissions').insert({ user_id: devId, service_id: row.id }).onConflict(['user_id', 'service_id']).ignore();
+      }
+    }
+    return { createdUsers };
+  });
+}

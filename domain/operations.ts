@@ -1,0 +1,227 @@
+import type { Knex } from 'knex';
+import { newUlidId, formatId } from '../common/ids';
+import { ApiError, backendUnavailable, notFound } from '../api/errors';
+import type { TemporalGateway } from './temporal';
+import { canSeeService, type Principal } from './principal';
+import { emitEvent } from './events';
+import type { Logger } from '../common/logger';
+import type { OperationError, OperationState, OperationStatus, OperationTransition } from '../workflows/common/operation';
+import { operationStateQuery } from '../workflows/common/operation';
+import type { OperationModel } from '../db/models';
+
+export interface OperationResource {
+  object: string;
+  id: string;
+}
+
+export interface OperationView {
+  object: 'operation';
+  id: string;
+  type: string;
+  status: OperationStatus;
+  progress: number | null;
+  resource: OperationResource | null;
+  result: unknown;
+  error: unknown;
+  stale: boolean;
+  created_at: string;
+  completed_at: string | null;
+}
+
+type OperationRow = Pick<
+  OperationModel,
+  'id' | 'account_id' | 'type' | 'status' | 'progress' | 'resource_object' | 'resource_id' | 'service_id' | 'result' | 'error' | 'created_at' | 'completed_at'
+>;
+
+export const TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'failed']);
+
+const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
+
+export function presentOperation(row: OperationRow, live?: OperationState, stale = false): OperationView {
+  const state = live ?? row;
+  return {
+    object: 'operation',
+    id: row.id,
+    type: row.type,
+    status: state.status as OperationStatus,
+    progress: state.progress ?? null,
+    resource: row.resource_object && row.resource_id ? { object: row.resource_object, id: row.resource_id } : null,
+    result: state.result ?? null,
+    error: state.error ?? null,
+    stale,
+    created_at: iso(row.created_at)!,
+    completed_at: iso(row.completed_at),
+  };
+}
+
+export interface StartOperationInput {
+  principal: Principal;
+  type: string;
+  /** Workflow function name registered in workflows/index.ts. */
+  workflowType: string;
+  /** Workflow input beyond `operationId` (never secrets in clear: see docs/architecture.md). */
+  input?: Record<string, unknown>;
+  resource?: OperationResource | null;
+  serviceId?: number | null;
+  initialStatus?: 'pending' | 'running';
+  /** Runs inside the transaction that creates the operation row (e.g. to flag a VPS as reinstalling). */
+  inTransaction?: (trx: Knex.Transaction, operationId: string) => Promise<void>;
+}
+
+interface CacheEntry {
+  at: number;
+  state: OperationState;
+}
+
+/**
+ * One mechanism for every asynchronous endpoint: create the operation row, start the workflow whose
+ * id is the operation id, answer 202 with the operation. Reads come from PostgreSQL for finished
+ * operations and from a (cached) workflow query for running ones.
+ */
+export class OperationService {
+  private readonly cache = new Map<string, CacheEntry>();
+
+  constructor(
+    private readonly db: Knex,
+    private readonly temporal: TemporalGateway,
+    private readonly opts: { cacheTtlMs: number; queryTimeoutMs: number; logger: Logger },
+  ) {}
+
+  async start(input: StartOperationInput): Promise<OperationView> {
+    const id = newUlidId('op');
+    const status = input.initialStatus ?? 'pending';
+    const row = await this.db.transaction(async (trx) => {
+      const [inserted] = await trx('operations')
+        .insert({
+          id,
+          account_id: input.principal.accountId,
+          type: input.type,
+          status,
+          progress: null,
+          resource_object: input.resource?.object ?? null,
+          resource_id: input.resource?.id ?? null,
+          service_id: input.serviceId ?? null,
+          credential_id: input.principal.credentialId,
+        })
+        .returning('*');
+      if (input.inTransaction) await input.inTransaction(trx, id);
+      return inserted as OperationRow;
+    });
+    try {
+      await this.temporal.client.workflow.start(input.workflowType, {
+        workflowId: id,
+        taskQueue: this.temporal.taskQueue,
+        args: [{ operationId: id, ...(input.input ?? {}) }],
+        typedSearchAttributes: this.temporal.searchAttributes({
+          operationType: input.type,
+          accountId: formatId('cus', input.principal.accountId),
+          resourceId: input.resource?.id ?? null,
+        }),
+        memo: {
+          operation_type: input.type,
+          account: formatId('cus', input.principal.accountId),
+          resource: input.resource ? `${input.resource.object} ${input.resource.id}` : null,
+          credential: input.principal.credentialId,
+        },
+      });
+    } catch (err) {
+      // Nothing ran: take the row back (and whatever the transaction hook set) and say so.
+      this.opts.logger.error({ err, operation: id }, 'could not start workflow');
+      await this.db('operations').where({ id }).delete();
+      throw backendUnavailable('operations');
+    }
+    return presentOperation(row);
+  }
+
+  /** An operation that finishes inside the request (SPEC: "including those that finish inside the request"). */
+  async recordCompleted(input: {
+    principal: Principal;
+    type: string;
+    resource?: OperationResource | null;
+    serviceId?: number | null;
+    status: 'succeeded' | 'failed';
+    result?: unknown;
+    error?: OperationError | null;
+  }): Promise<OperationView> {
+    return this.db.transaction(async (trx) => {
+      const [row] = await trx('operations')
+        .insert({
+          id: newUlidId('op'),
+          account_id: input.principal.accountId,
+          type: input.type,
+          status: input.status,
+          progress: 100,
+          resource_object: input.resource?.object ?? null,
+          resource_id: input.resource?.id ?? null,
+          service_id: input.serviceId ?? null,
+          result: JSON.stringify(input.result ?? null),
+          error: JSON.stringify(input.error ?? null),
+          credential_id: input.principal.credentialId,
+          completed_at: trx.fn.now(),
+        })
+        .returning('*');
+      const view = presentOperation(row);
+      await emitEvent(trx, { accountId: row.account_id, type: 'operation.completed', data: view });
+      return view;
+    });
+  }
+
+  /**
+   * Applies a transition reported by a workflow. Idempotent (activities retry): once a row is
+   * terminal it no longer changes, so `operation.completed` is emitted exactly once.
+   */
+  async recordTransition(t: OperationTransition): Promise<void> {
+    await this.db.transaction(async (trx) => {
+      const row = await trx('operations').where({ id: t.operationId }).forUpdate().first();
+      if (!row) throw new Error(`operation ${t.operationId} does not exist`);
+      if (TERMINAL.has(row.status)) return;
+      const patch: Record<string, unknown> = { updated_at: trx.fn.now() };
+      if (t.status !== undefined) patch.status = t.status;
+      if (t.progress !== undefined) patch.progress = t.progress;
+      if (t.result !== undefined) patch.result = JSON.stringify(t.result);
+      if (t.error !== undefined) patch.error = JSON.stringify(t.error);
+      const terminal = t.status !== undefined && TERMINAL.has(t.status);
+      if (terminal) patch.completed_at = trx.fn.now();
+      const [updated] = await trx('operations').where({ id: t.operationId }).update(patch).returning('*');
+      if (terminal) {
+        await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated) });
+      }
+    });
+    this.cache.delete(t.operationId);
+  }
+
+  /** Loads a row the principal may see, or throws 404. */
+  async findVisible(principal: Principal, id: string): Promise<OperationRow> {
+    const row: OperationRow | undefined = await this.db('operations').where({ id, account_id: principal.accountId }).first();
+    if (!row || (row.service_id !== null && !canSeeService(principal, row.service_id))) throw notFound('operation');
+    return row;
+  }
+
+  async get(principal: Principal, id: string): Promise<OperationView> {
+    const row = await this.findVisible(principal, id);
+    if (TERMINAL.has(row.status)) return presentOperation(row);
+    const cached = this.cache.get(id);
+    if (cached && Date.now() - cached.at < this.opts.cacheTtlMs) return presentOperation(row, cached.state);
+    try {
+      const state = await this.temporal.withDeadline(this.opts.queryTimeoutMs, () =>
+        this.temporal.handle(id).query(operationStateQuery),
+      );
+      this.cache.set(id, { at: Date.now(), state });
+      this.pruneCache();
+      return presentOperation(row, state);
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      // A workflow that has just closed answers from PostgreSQL, which it updated before closing.
+      const fresh = await this.db('operations').where({ id }).first();
+      if (fresh && TERMINAL.has(fresh.status)) return presentOperation(fresh);
+      this.opts.logger.warn({ operation: id, err: (err as Error).message }, 'operation query failed; serving stored state');
+      return presentOperation(fresh ?? row, undefined, true);
+    }
+  }
+
+  private pruneCache(): void {
+    if (this.cache.size < 10_000) return;
+    const cutoff = Date.now() - this.opts.cacheTtlMs;
+    for (const [key, entry] of this.cache) if (entry.at < cutoff) this.cache.delete(key);
+  }
+}

@@ -1,0 +1,151 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import path from 'node:path';
+import { loadConfig } from '../common/config';
+import { randomBase62 } from '../common/crypto';
+import { createDb } from '../db/knex';
+import { seedDemo } from '../db/seeds';
+import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../domain/temporal';
+
+/**
+ * The local run (`npm start`): PostgreSQL is already up (scripts/ensure-tools.sh); this migrates and
+ * seeds, starts the Temporal dev server (SQLite file, UI), the worker and the API, prints where
+ * everything is, and stops all of it cleanly on Ctrl-C.
+ */
+const root = path.resolve(__dirname, '..');
+const dataDir = path.join(root, '.data');
+const temporalBin = path.join(root, '.tools/venv/bin/temporal');
+const tsxBin = path.join(root, 'node_modules/.bin/tsx');
+
+const localEnv: Record<string, string> = {
+  CLOUD_DEV_ENDPOINTS: '1',
+  WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
+  NODE_ENV: process.env.NODE_ENV ?? 'development',
+};
+const env = { ...localEnv, ...process.env } as Record<string, string>;
+const config = loadConfig(env);
+const children: ChildProcess[] = [];
+
+function portOpen(hostPort: string): Promise<boolean> {
+  const [host, port] = hostPort.split(':');
+  return new Promise((resolve) => {
+    const socket = createConnection({ host, port: Number(port) });
+    socket.once('connect', () => (socket.destroy(), resolve(true)));
+    socket.once('error', () => resolve(false));
+  });
+}
+
+async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 60_000) {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`${what} did not come up within ${timeoutMs / 1000} s`);
+}
+
+function run(name: string, command: string, args: string[], extraEnv: Record<string, string> = {}) {
+  const child = spawn(command, args, { cwd: root, env: { ...env, ...extraEnv }, stdio: ['ignore', 'inherit', 'inherit'] });
+  child.on('exit', (code, signal) => {
+    if (!stopping) {
+      console.error(`${name} exited (${signal ?? code}); stopping everything`);
+      void stop(1);
+    }
+  });
+  children.push(child);
+  return child;
+}
+
+/** Demo passwords: from the environment, else generated once and kept in .data/ to print on every start. */
+function demoPasswords() {
+  const file = path.join(dataDir, 'demo-credentials.json');
+  const stored = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : {};
+  const passwords = {
+    owner: process.env.DEMO_OWNER_PASSWORD ?? stored.owner ?? randomBase62(16),
+    dev: process.env.DEMO_DEV_PASSWORD ?? stored.dev ?? randomBase62(16),
+  };
+  writeFileSync(file, JSON.stringify(passwords, null, 2), { mode: 0o600 });
+  return passwords;
+}
+
+let stopping = false;
+async function stop(code = 0) {
+  if (stopping) return;
+  stopping = true;
+  console.log('\nstopping API, worker and Temporal...');
+  // API and worker first (they drain), Temporal last.
+  for (const child of [...children].reverse()) {
+    if (child.exitCode === null) child.kill('SIGTERM');
+    await new Promise((resolve) => (child.exitCode !== null ? resolve(null) : child.once('exit', resolve)));
+  }
+  process.exit(code);
+}
+
+async function main() {
+  mkdirSync(dataDir, { recursive: true });
+  process.on('SIGINT', () => void stop(0));
+  process.on('SIGTERM', () => void stop(0));
+
+  const db = createDb(config.DATABASE_URL);
+  await db.migrate.latest();
+  const passwords = demoPasswords();
+  const seeded = await seedDemo(db, passwords);
+  await db.destroy();
+
+  if (await portOpen(config.TEMPORAL_ADDRESS)) {
+    console.log(`Temporal already answers at ${config.TEMPORAL_ADDRESS}; using it`);
+  } else {
+    const [host, port] = config.TEMPORAL_ADDRESS.split(':');
+    const uiPort = new URL(config.TEMPORAL_UI_URL).port || '8233';
+    run(
+      'temporal',
+      temporalBin,
+      [
+        'server',
+        'start-dev',
+        '--ip',
+        host,
+        '--port',
+        port,
+        '--ui-port',
+        uiPort,
+        '--db-filename',
+        path.join(dataDir, 'temporal.db'),
+        '--namespace',
+        config.TEMPORAL_NAMESPACE,
+        '--log-level',
+        'error',
+        ...DEV_SERVER_SEARCH_ATTRIBUTE_ARGS,
+      ],
+      { TEMPORAL_VERSION_CHECK_DISABLED: '1' },
+    );
+    await waitFor('Temporal', () => portOpen(config.TEMPORAL_ADDRESS));
+  }
+  run('worker', tsxBin, ['workers/main.ts']);
+  run('api', tsxBin, ['api/server.ts']);
+  const apiUrl = `http://${config.HOST}:${config.PORT}`;
+  await waitFor('API', async () => (await fetch(`${apiUrl}/readyz`).catch(() => null))?.ok === true);
+
+  const passwordNote = process.env.DEMO_OWNER_PASSWORD ? '(from DEMO_OWNER_PASSWORD)' : '(generated, kept in .data/demo-credentials.json)';
+  console.log(`
+  Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.
+
+  API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
+  Temporal UI  ${config.TEMPORAL_UI_URL}
+  Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
+
+  Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
+               dev@example.test   / ${passwords.dev}   (narrower scopes and services)
+
+    curl -s ${apiUrl}/v1/sessions -H 'content-type: application/json' \\
+      -d '{"email":"owner@example.test","password":"${passwords.owner}"}'
+
+  Then: Authorization: Bearer <token>. Ctrl-C stops everything.
+`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  void stop(1);
+});

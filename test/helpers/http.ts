@@ -1,0 +1,48 @@
+export interface HttpResponse<T = any> {
+  status: number;
+  headers: Headers;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  body: T;
+  text: string;
+}
+
+export interface RequestOptions {
+  token?: string;
+  body?: unknown;
+  /** Sent as is (for malformed-JSON and content-type tests). */
+  rawBody?: string;
+  headers?: Record<string, string>;
+}
+
+/** A small fetch wrapper: JSON in, JSON out, every header visible. */
+export function httpClient(baseUrl: string) {
+  async function request<T = any>(method: string, path: string, opts: RequestOptions = {}): Promise<HttpResponse<T>> {
+    const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+    if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+    let body: string | undefined;
+    if (opts.rawBody !== undefined) body = opts.rawBody;
+    else if (opts.body !== undefined) {
+      body = JSON.stringify(opts.body);
+      headers['content-type'] ??= 'application/json';
+    }
+    const res = await fetch(`${baseUrl}${path}`, { method, headers, body });
+    const text = await res.text();
+    let parsed: unknown = undefined;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    return { status: res.status, headers: res.headers, body: parsed as T, text };
+  }
+  return {
+    request,
+    get: <T = any>(path: string, opts?: RequestOptions) => request<T>('GET', path, opts),
+    post: <T = any>(path: string, opts?: RequestOptions) => request<T>('POST', path, opts),
+    put: <T = any>(path: string, opts?: RequestOptions) => request<T>('PUT', path, opts),
+    patch: <T = any>(path: string, opts?: RequestOptions) => request<T>('PATCH', path, opts),
+    delete: <T = any>(path: string, opts?: RequestOptions) => request<T>('DELETE', path, opts),
+  };
+}
+
+export type HttpClient = ReturnType<typeof httpClient>;

@@ -1,0 +1,131 @@
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { Worker } from '@temporalio/worker';
+import { randomBytes } from 'node:crypto';
+import { loadConfig, type Config } from '../../common/config';
+import { createLogger } from '../../common/logger';
+import { createApi } from '../../api/bootstrap';
+import { createWorker } from '../../workers/worker';
+import { createTestDatabase, type TestDatabase } from './db';
+import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './temporal';
+import { httpClient, type HttpClient } from './http';
+import { createAccount, createApiKey, createSession, createUser } from './fixtures';
+import { ALL_SCOPES } from '../../domain/scopes';
+
+export interface StackOptions {
+  /** Which Temporal server backs the stack; 'none' for tests that need no workflow. */
+  temporal?: 'dev' | 'time-skipping' | 'none';
+  /** Start a worker on the stack's task queue (default: when there is a Temporal server). */
+  worker?: boolean;
+  /** Environment overrides (short durations are the default here). */
+  env?: Record<string, string>;
+}
+
+export interface Stack {
+  url: string;
+  http: HttpClient;
+  config: Config;
+  database: TestDatabase;
+  db: TestDatabase['db'];
+  temporal: TestWorkflowEnvironment | null;
+  taskQueue: string;
+  api: Awaited<ReturnType<typeof createApi>>;
+  /** A fresh account with an owner session and an all-scopes key. */
+  owner: { accountId: number; userId: number; session: string; key: string; keyId: string };
+  startWorker(): Promise<void>;
+  stopWorker(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Short durations for tests that run on the dev server; time-skipping tests keep production values. */
+export const SHORT_DURATIONS: Record<string, string> = {
+  ORDER_ACTIVATION_TIMEOUT: '20s',
+  RECIPE_PROGRESS_TIMEOUT: '20s',
+  WEBHOOK_RETRY_DELAYS: '100ms,200ms,300ms,400ms,500ms',
+  WEBHOOK_TIMEOUT: '2s',
+  SIM_DELAY_SCALE: '0.01',
+};
+
+/**
+ * The whole system in one process for a test file: a fresh database, a Temporal server, a worker on
+ * a task queue of its own, and the API listening on an ephemeral loopback port.
+ */
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  const temporalKind = options.temporal ?? 'dev';
+  const database = await createTestDatabase();
+  const temporal = temporalKind === 'dev' ? await createDevServerEnv() : temporalKind === 'time-skipping' ? await createTimeSkippingEnv() : null;
+  const taskQueue = `test-${randomBytes(4).toString('hex')}`;
+  const config = loadConfig({
+    ...process.env,
+    DATABASE_URL: database.url,
+    TEMPORAL_TASK_QUEUE: taskQueue,
+    TEMPORAL_SEARCH_ATTRIBUTES: temporalKind === 'dev' ? '1' : '0',
+    CLOUD_DEV_ENDPOINTS: '1',
+    WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    NODE_ENV: 'test',
+    ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
+    ...(options.env ?? {}),
+  });
+  const logger = createLogger(config.LOG_LEVEL, 'test');
+  const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger });
+  const server: Server = await new Promise((resolve) => {
+    const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+
+  let worker: Worker | null = null;
+  let running: Promise<void> | null = null;
+  const startWorker = async () => {
+    if (!temporal || worker) return;
+    worker = await createWorker({
+      config,
+      db: database.db,
+      logger,
+      connection: temporal.nativeConnection,
+      taskQueue,
+      workflowBundle: workflowBundle(),
+    });
+    running = worker.run();
+  };
+  const stopWorker = async () => {
+    if (!worker) return;
+    worker.shutdown();
+    await running;
+    worker = null;
+    running = null;
+  };
+  if (temporal && options.worker !== false) await startWorker();
+
+  const { accountId } = await createAccount(database.db);
+  const { userId } = await createUser(database.db, accountId, { isOwner: true });
+  const session = await createSession(database.db, accountId, userId);
+  const key = await createApiKey(database.db, accountId, userId, {
+    scopes: ALL_SCOPES.filter((s) => !s.startsWith('apikeys:') && !s.startsWith('users:')),
+  });
+
+  return {
+    url,
+    http: httpClient(url),
+    config,
+    database,
+    db: database.db,
+    temporal,
+    taskQueue,
+    api,
+    owner: { accountId, userId, session: session.token, key: key.token, keyId: key.id },
+    startWorker,
+    stopWorker,
+    async close() {
+      await new Promise((resolve) => {
+        server.close(resolve);
+        server.closeAllConnections();
+      });
+      await stopWorker();
+      await api.close();
+      await temporal?.teardown();
+      await database.drop();
+    },
+  };
+}

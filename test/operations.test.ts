@@ -1,0 +1,141 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from './helpers/stack';
+import { createApiKey, createService, createUser } from './helpers/fixtures';
+import { advanceSignal } from './fixtures/test-operation.workflow';
+import type { Principal } from '../domain/principal';
+import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+
+/**
+ * The operation mechanism end to end, proved with a test-only workflow: row + workflow with the same
+ * id, state by query (cached), transitions recorded in PostgreSQL, operation.completed in the outbox,
+ * and `stale: true` (never a 5xx) when Temporal does not answer.
+ */
+let stack: Stack;
+let principal: Principal;
+
+async function waitFor<T>(read: () => Promise<T>, ok: (value: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (ok(value) || Date.now() > until) return value;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+beforeAll(async () => {
+  stack = await startStack();
+  principal = await stack.api.deps.credentials.authenticate(`Bearer ${stack.owner.key}`);
+});
+afterAll(() => stack?.close());
+
+describe('operations through Temporal', () => {
+  it('runs an operation from pending to succeeded, readable by query and from PostgreSQL', async () => {
+    const { id: serviceId, serviceId: numericServiceId } = await createService(stack.db, stack.owner.accountId);
+    const op = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.operation',
+      workflowType: 'testOperationWorkflow',
+      resource: { object: 'service', id: serviceId },
+      serviceId: numericServiceId,
+    });
+    expect(op).toMatchObject({ object: 'operation', type: 'test.operation', status: 'pending', resource: { object: 'service', id: serviceId } });
+    expect(op.id).toMatch(/^op_[0-9A-Z]{26}$/);
+
+    // The workflow id is the operation id, with search attributes and memo for the Temporal UI.
+    const description = await stack.temporal!.client.workflow.getHandle(op.id).describe();
+    expect(description.type).toBe('testOperationWorkflow');
+    expect(description.typedSearchAttributes.get(SEARCH_ATTRIBUTES.operationType)).toBe('test.operation');
+    expect(description.typedSearchAttributes.get(SEARCH_ATTRIBUTES.resourceId)).toBe(serviceId);
+    expect(await description.memo).toMatchObject({ operation_type: 'test.operation', account: `cus_${stack.owner.accountId}` });
+
+    const running = await waitFor(
+      () => stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key }),
+      (r) => r.body.status === 'running',
+    );
+    expect(running.status).toBe(200);
+    expect(running.body).toMatchObject({ status: 'running', progress: 0, stale: false });
+
+    await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { progress: 60 });
+    const progressed = await waitFor(
+      () => stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key }),
+      (r) => r.body.progress === 60,
+    );
+    expect(progressed.body.progress).toBe(60);
+    const stored = await stack.db('operations').where({ id: op.id }).first();
+    expect(stored.progress).toBe(60);
+
+    await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
+    await stack.temporal!.client.workflow.getHandle(op.id).result();
+    const done = await stack.http.get(`/v1/operations/${op.id.slice(3)}`, { token: stack.owner.key });
+    expect(done.body).toMatchObject({ id: op.id, status: 'succeeded', progress: 100, result: { answer: 42 }, error: null, stale: false });
+    expect(done.body.completed_at).not.toBeNull();
+
+    const events = await stack.db('events').where({ account_id: stack.owner.accountId, type: 'operation.completed' });
+    const mine = events.filter((e) => e.data.id === op.id);
+    expect(mine).toHaveLength(1);
+    expect(mine[0].data).toMatchObject({ object: 'operation', id: op.id, status: 'succeeded', result: { answer: 42 } });
+  });
+
+  it('records a failure with its error code', async () => {
+    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    const handle = stack.temporal!.client.workflow.getHandle(op.id);
+    await handle.signal(advanceSignal, { finish: 'fail' });
+    await handle.result();
+    const res = await stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key });
+    expect(res.body).toMatchObject({ status: 'failed', error: { code: 'upstream_error' } });
+  });
+
+  it('lists operations newest first with filters, and hides those on services the key cannot see', async () => {
+    const a = await createService(stack.db, stack.owner.accountId);
+    const b = await createService(stack.db, stack.owner.accountId);
+    const opA = await stack.api.deps.operations.start({ principal, type: 'test.a', workflowType: 'testOperationWorkflow', resource: { object: 'service', id: a.id }, serviceId: a.serviceId });
+    const opB = await stack.api.deps.operations.start({ principal, type: 'test.b', workflowType: 'testOperationWorkflow', resource: { object: 'service', id: b.id }, serviceId: b.serviceId });
+
+    const all = await stack.http.get('/v1/operations?limit=100', { token: stack.owner.key });
+    const ids = all.body.data.map((o: { id: string }) => o.id);
+    expect(ids.indexOf(opB.id)).toBeLessThan(ids.indexOf(opA.id));
+
+    const byType = await stack.http.get('/v1/operations?type=test.b', { token: stack.owner.key });
+    expect(byType.body.data.map((o: { id: string }) => o.id)).toEqual([opB.id]);
+    const byResource = await stack.http.get(`/v1/operations?resource_id=${a.id}`, { token: stack.owner.key });
+    expect(byResource.body.data.map((o: { id: string }) => o.id)).toEqual([opA.id]);
+
+    const narrow = await createApiKey(stack.db, stack.owner.accountId, stack.owner.userId, { scopes: ['operations:read'], allowlist: [a.serviceId] });
+    const seen = await stack.http.get('/v1/operations?limit=100', { token: narrow.token });
+    const seenIds = seen.body.data.map((o: { id: string }) => o.id);
+    expect(seenIds).toContain(opA.id);
+    expect(seenIds).not.toContain(opB.id);
+    expect((await stack.http.get(`/v1/operations/${opB.id}`, { token: narrow.token })).status).toBe(404);
+    for (const op of [opA, opB]) await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
+  });
+
+  it('answers 404 for unknown, malformed and other-account operation ids', async () => {
+    expect((await stack.http.get('/v1/operations/op_01JD0000000000000000000000', { token: stack.owner.key })).status).toBe(404);
+    expect((await stack.http.get('/v1/operations/not-an-id', { token: stack.owner.key })).body.error.code).toBe('not_found');
+    const other = await stack.db('accounts').insert({ name: 'Other' }).returning('id');
+    const otherUser = await createUser(stack.db, other[0].id, { isOwner: true });
+    const otherKey = await createApiKey(stack.db, other[0].id, otherUser.userId, { scopes: ['operations:read'] });
+    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    expect((await stack.http.get(`/v1/operations/${op.id}`, { token: otherKey.token })).status).toBe(404);
+    await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
+  });
+
+  it('serves the last stored state with stale: true when Temporal does not answer, never a 5xx', async () => {
+    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    await waitFor(
+      () => stack.db('operations').where({ id: op.id }).first(),
+      (row) => row.status === 'running',
+    );
+    // No worker answers queries any more: the query cannot be served and times out.
+    await stack.stopWorker();
+    await new Promise((r) => setTimeout(r, 2_100)); // past the 2 s cache
+    const res = await stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ id: op.id, status: 'running', progress: 0, stale: true });
+    await stack.startWorker();
+    await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
+    await stack.temporal!.client.workflow.getHandle(op.id).result();
+    const after = await stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key });
+    expect(after.body).toMatchObject({ status: 'succeeded', stale: false });
+  });
+});

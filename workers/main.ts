@@ -1,0 +1,39 @@
+import { NativeConnection } from '@temporalio/worker';
+import { loadConfig } from '../common/config';
+import { createLogger } from '../common/logger';
+import { createDb } from '../db/knex';
+import { createWorker } from './worker';
+
+/** The worker process: `tsx workers/main.ts`. Waits for Temporal, then polls the task queue until SIGINT/SIGTERM. */
+async function connectWithRetry(address: string, logger: ReturnType<typeof createLogger>): Promise<NativeConnection> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await NativeConnection.connect({ address });
+    } catch (err) {
+      if (attempt >= 60) throw err;
+      if (attempt === 1 || attempt % 10 === 0) logger.info({ address }, 'waiting for Temporal');
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+  }
+}
+
+async function main() {
+  const config = loadConfig();
+  const logger = createLogger(config.LOG_LEVEL, 'worker');
+  const db = createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
+  const connection = await connectWithRetry(config.TEMPORAL_ADDRESS, logger);
+  const worker = await createWorker({ config, db, logger, connection });
+  logger.info({ taskQueue: config.TEMPORAL_TASK_QUEUE }, 'worker running');
+  const stop = () => worker.shutdown();
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  await worker.run();
+  await connection.close();
+  await db.destroy();
+  logger.info('worker stopped');
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,50 @@
+import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import type { Config } from '../common/config';
+import type { Logger } from '../common/logger';
+import type { Db } from '../db/knex';
+import { createActivities } from '../activities';
+import { OperationService } from '../domain/operations';
+import { TemporalGateway } from '../domain/temporal';
+import { createProviders } from '../providers';
+
+export interface WorkerInput {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  connection: NativeConnection;
+  taskQueue?: string;
+  /** A pre-built bundle (tests build one per run); otherwise workflows/index.ts is bundled at start. */
+  workflowBundle?: WorkerOptions['workflowBundle'];
+  workflowsPath?: string;
+  /** Extra activities (tests add their own beside the real ones). */
+  extraActivities?: Record<string, (...args: never[]) => Promise<unknown>>;
+}
+
+/** Builds a worker with the real activities over the real database and providers. */
+export async function createWorker(input: WorkerInput): Promise<Worker> {
+  const { config, db, logger } = input;
+  const temporal = new TemporalGateway({
+    address: config.TEMPORAL_ADDRESS,
+    namespace: config.TEMPORAL_NAMESPACE,
+    taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
+    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
+  });
+  const operations = new OperationService(db, temporal, {
+    cacheTtlMs: config.OPERATION_CACHE_TTL,
+    queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
+    logger,
+  });
+  const activities = {
+    ...createActivities({ config, db, logger, providers: createProviders({ db, config }), operations }),
+    ...(input.extraActivities ?? {}),
+  };
+  return Worker.create({
+    connection: input.connection,
+    namespace: config.TEMPORAL_NAMESPACE,
+    taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
+    activities,
+    ...(input.workflowBundle
+      ? { workflowBundle: input.workflowBundle }
+      : { workflowsPath: input.workflowsPath ?? require.resolve('../workflows') }),
+  });
+}
