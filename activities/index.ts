@@ -1,4 +1,6 @@
 import type { Config } from '../common/config';
+import type { Keyring } from '../common/crypto';
+import type { TemporalGateway } from '../domain/temporal';
 import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
 import type { OperationService } from '../domain/operations';
@@ -11,6 +13,9 @@ export interface ActivityDeps {
   logger: Logger;
   providers: Providers;
   operations: OperationService;
+  keyring: Keyring;
+  /** Client side of Temporal, for activities that start or signal other workflows. */
+  temporal: TemporalGateway;
 }
 
 /**

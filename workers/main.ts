@@ -22,12 +22,14 @@ async function main() {
   const logger = createLogger(config.LOG_LEVEL, 'worker');
   const db = createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
   const connection = await connectWithRetry(config.TEMPORAL_ADDRESS, logger);
-  const worker = await createWorker({ config, db, logger, connection });
+  const { worker, background } = await createWorker({ config, db, logger, connection });
+  for (const service of background) await service.start();
   logger.info({ taskQueue: config.TEMPORAL_TASK_QUEUE }, 'worker running');
   const stop = () => worker.shutdown();
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   await worker.run();
+  for (const service of background) await service.stop();
   await connection.close();
   await db.destroy();
   logger.info('worker stopped');

@@ -6,6 +6,8 @@ import { createActivities } from '../activities';
 import { OperationService } from '../domain/operations';
 import { TemporalGateway } from '../domain/temporal';
 import { createProviders } from '../providers';
+import { loadKeyring } from '../domain/instance';
+import { createBackgroundServices, type BackgroundService } from './background';
 
 export interface WorkerInput {
   config: Config;
@@ -20,8 +22,14 @@ export interface WorkerInput {
   extraActivities?: Record<string, (...args: never[]) => Promise<unknown>>;
 }
 
+export interface WorkerBundle {
+  worker: Worker;
+  /** Long-running loops that live beside the worker (e.g. the event dispatcher); start before run(). */
+  background: BackgroundService[];
+}
+
 /** Builds a worker with the real activities over the real database and providers. */
-export async function createWorker(input: WorkerInput): Promise<Worker> {
+export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   const { config, db, logger } = input;
   const temporal = new TemporalGateway({
     address: config.TEMPORAL_ADDRESS,
@@ -34,11 +42,14 @@ export async function createWorker(input: WorkerInput): Promise<Worker> {
     queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
     logger,
   });
+  const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
+  const providers = createProviders({ db, config });
+  const activityDeps = { config, db, logger, keyring, providers, operations, temporal };
   const activities = {
-    ...createActivities({ config, db, logger, providers: createProviders({ db, config }), operations }),
+    ...createActivities(activityDeps),
     ...(input.extraActivities ?? {}),
   };
-  return Worker.create({
+  const worker = await Worker.create({
     connection: input.connection,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
@@ -47,4 +58,5 @@ export async function createWorker(input: WorkerInput): Promise<Worker> {
       ? { workflowBundle: input.workflowBundle }
       : { workflowsPath: input.workflowsPath ?? require.resolve('../workflows') }),
   });
+  return { worker, background: createBackgroundServices(activityDeps) };
 }

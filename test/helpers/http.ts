@@ -1,7 +1,6 @@
 export interface HttpResponse<T = any> {
   status: number;
   headers: Headers;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   body: T;
   text: string;
 }

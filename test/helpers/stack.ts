@@ -7,6 +7,7 @@ import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
 import { createWorker } from '../../workers/worker';
+import type { BackgroundService } from '../../workers/background';
 import { createTestDatabase, type TestDatabase } from './db';
 import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './temporal';
 import { httpClient, type HttpClient } from './http';
@@ -76,24 +77,28 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
   let worker: Worker | null = null;
+  let background: BackgroundService[] = [];
   let running: Promise<void> | null = null;
   const startWorker = async () => {
     if (!temporal || worker) return;
-    worker = await createWorker({
+    ({ worker, background } = await createWorker({
       config,
       db: database.db,
       logger,
       connection: temporal.nativeConnection,
       taskQueue,
       workflowBundle: workflowBundle(),
-    });
-    running = worker.run();
+    }));
+    for (const service of background) await service.start();
+    running = worker!.run();
   };
   const stopWorker = async () => {
     if (!worker) return;
     worker.shutdown();
     await running;
+    for (const service of background) await service.stop();
     worker = null;
+    background = [];
     running = null;
   };
   if (temporal && options.worker !== false) await startWorker();
