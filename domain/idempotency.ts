@@ -33,7 +33,8 @@ function stableStringify(value: unknown): string {
   return JSON.stringify(value ?? null);
 }
 
-const requestHash = (r: IdempotentRequest) =>
+/** What makes two requests "the same" for a key: method, concrete path and the canonical body. */
+export const requestHash = (r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) =>
   createHash('sha256').update(`${r.method}\n${r.path}\n${stableStringify(r.body)}`).digest('hex');
 
 /**
