@@ -11,6 +11,15 @@ const STANDARD_ERRORS: Array<[number, string]> = [
   [500, 'Internal error'],
 ];
 
+const TAG_DESCRIPTIONS: Record<string, string> = {
+  Meta: 'What this instance offers: version, resources, scopes, limits, and this document.',
+  Sessions: 'Signing in with email and password; a session acts with its user\'s permissions.',
+  'API keys': 'Keys for programs. Session only: an API key can never manage keys.',
+  Account: 'The account, the credential in use, and the audit log of API activity.',
+  Services: 'Billing contracts of every product family; family endpoints act on these ids.',
+  Operations: 'Work that takes time: every asynchronous endpoint answers 202 with one.',
+};
+
 /**
  * The OpenAPI 3.1 document, generated from the same route table that builds the router. Marks go in
  * `x-cloud-marks` (plus one boolean extension per mark), the scope in the security requirement and
@@ -85,6 +94,9 @@ export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string
         'One JSON-over-HTTP API for every hosting product of a customer account. Errors share one envelope; lists use opaque cursors; work that takes time answers 202 with an operation.',
     },
     servers: [{ url: info.serverUrl ?? '/' }],
-    tags: [...new Set(routes.filter((r) => !r.internal).map((r) => r.tag))].map((name) => ({ name })),
+    tags: [...new Set(routes.filter((r) => !r.internal).map((r) => r.tag))].map((name) => ({
+      name,
+      description: TAG_DESCRIPTIONS[name] ?? `${name} endpoints.`,
+    })),
   });
 }

@@ -1,0 +1,51 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createConfig, lintFromString } from '@redocly/openapi-core';
+import { buildRouteTable } from '../api/routes';
+import { startStack, type Stack } from './helpers/stack';
+
+/** The OpenAPI document is generated from the route table; it must lint clean and list every route. */
+let stack: Stack;
+let doc: any;
+beforeAll(async () => {
+  stack = await startStack({ temporal: 'none' });
+  const res = await stack.http.get('/v1/openapi.json');
+  expect(res.status).toBe(200);
+  doc = res.body;
+});
+afterAll(() => stack?.close());
+
+describe('GET /v1/openapi.json', () => {
+  it('is public OpenAPI 3.1', () => {
+    expect(doc.openapi).toBe('3.1.0');
+    expect(doc.components.securitySchemes.bearer).toMatchObject({ type: 'http', scheme: 'bearer' });
+  });
+
+  it('lints without errors under the recommended ruleset', async () => {
+    const config = await createConfig({ extends: ['recommended'], rules: { 'info-license': 'off', 'info-license-url': 'off' } });
+    const problems = await lintFromString({ source: JSON.stringify(doc), absoluteRef: 'openapi.json', config });
+    const errors = problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer}`);
+    expect(errors).toEqual([]);
+    const warnings = problems.filter((p) => p.severity === 'warn').map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer}`);
+    expect(warnings).toEqual([]);
+  });
+
+  it('documents every public route with its scope, marks and credential rule', () => {
+    const routes = buildRouteTable({ devEndpoints: false }).filter((r) => !r.internal);
+    for (const route of routes) {
+      const op = doc.paths[route.path]?.[route.method];
+      expect(op, `${route.method.toUpperCase()} ${route.path}`).toBeDefined();
+      expect(op.operationId).toBe(route.operationId);
+      expect(op['x-cloud-marks']).toEqual(route.marks);
+      expect(op['x-cloud-scope']).toBe(route.scope);
+      expect(op['x-cloud-async']).toBe(route.marks.includes('A'));
+      if (route.credential === 'none') expect(op.security).toEqual([]);
+      else expect(op.security).toEqual([{ bearer: route.scope ? [route.scope] : [] }]);
+    }
+    const documented = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods as object).map((m) => `${m} ${path}`));
+    expect(documented.sort()).toEqual(routes.map((r) => `${r.method} ${r.path}`).sort());
+  });
+
+  it('leaves the development stand-ins and health checks out', () => {
+    expect(Object.keys(doc.paths).some((p) => p.startsWith('/_dev') || p === '/healthz')).toBe(false);
+  });
+});
