@@ -70,7 +70,14 @@ export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string
       request: {
         params: route.params,
         query: route.query,
-        body: route.body ? { content: { 'application/json': { schema: route.body } }, required: true } : undefined,
+        body: route.body
+          ? {
+              content: {
+                'application/json': { schema: route.body, ...(route.exampleBody !== undefined ? { example: route.exampleBody } : {}) },
+              },
+              required: true,
+            }
+          : undefined,
       },
       parameters: headers,
       responses,

@@ -73,6 +73,8 @@ export interface RouteDef<
   /** Outside /v1 (health, dev stand-ins): not audited, not rate limited, not in the OpenAPI document. */
   internal?: boolean;
   responses: ResponseSpec[];
+  /** A valid request body, shown in the OpenAPI document and sent by the generated route tests. */
+  exampleBody?: unknown;
   handler: (
     ctx: HandlerContext<Infer<PS>, Infer<QS>, Infer<BS>, C extends 'none' ? Principal | null : Principal>,
   ) => Promise<HandlerResult>;
