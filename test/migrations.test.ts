@@ -1,0 +1,54 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from './helpers/db';
+import { migrationSource } from '../db/migrations';
+import { seedDemo } from '../db/seeds';
+
+/** Every migration goes down and up again cleanly, and the demo seed is idempotent. */
+let database: TestDatabase;
+beforeAll(async () => {
+  database = await createTestDatabase();
+});
+afterAll(() => database?.drop());
+
+const tables = async () =>
+  (await database.db('pg_tables').where({ schemaname: 'public' }).pluck('tablename')).filter((t: string) => !t.startsWith('knex_')).sort();
+
+describe('migrations', () => {
+  it('roll all the way down and up again', async () => {
+    const all = await migrationSource.getMigrations([]);
+    const before = await tables();
+    expect(before).toEqual(expect.arrayContaining(['accounts', 'api_keys', 'audit_logs', 'events', 'idempotency_keys', 'operations', 'services', 'sessions', 'users']));
+    await database.db.migrate.rollback(undefined, true);
+    expect(await tables()).toEqual([]);
+    const [, names] = await database.db.migrate.latest();
+    expect(names).toHaveLength(all.length);
+    expect(await tables()).toEqual(before);
+  });
+});
+
+describe('demo seed', () => {
+  it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
+    const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
+    const first = await seedDemo(database.db, passwords);
+    expect(first.createdUsers).toBe(true);
+    const counts = async () => ({
+      users: Number((await database.db('users').count('* as n').first())!.n),
+      services: Number((await database.db('services').count('* as n').first())!.n),
+    });
+    const after = await counts();
+    const second = await seedDemo(database.db, passwords);
+    expect(second.createdUsers).toBe(false);
+    expect(await counts()).toEqual(after);
+
+    const account = await database.db('accounts').where({ id: 1 }).first();
+    expect(account).toMatchObject({ credit: 5, currency: 'EUR' });
+    const users = await database.db('users').orderBy('id');
+    expect(users.map((u) => [u.email, u.is_owner])).toEqual([
+      ['owner@example.test', true],
+      ['dev@example.test', false],
+    ]);
+    expect(users[1].all_services).toBe(false);
+    const families = new Set((await database.db('services').where({ account_id: 1, status: 'active' })).map((s) => s.family));
+    for (const family of ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']) expect(families).toContain(family);
+  });
+});
