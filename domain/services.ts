@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { formatId, parseNumericId } from '../common/ids';
 import { notFound, unsupportedForProduct } from '../api/errors';
 import { iso } from '../api/schemas';
-import type { ServiceModel } from '../db/models';
+import { ServiceModel } from '../db/models';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
 
@@ -47,7 +47,7 @@ export function presentService(row: ServiceRow) {
 export async function findVisibleService(db: Knex, principal: Principal, rawId: string, family?: string): Promise<ServiceRow> {
   const id = parseNumericId('svc', rawId);
   if (id === null || !canSeeService(principal, id)) throw notFound('service');
-  const row: ServiceRow | undefined = await db('services').where({ id, account_id: principal.accountId }).first();
+  const row = await ServiceModel.query(db).findOne({ id, account_id: principal.accountId });
   if (!row || (family && row.family !== family)) throw notFound(family ?? 'service');
   return row;
 }

@@ -3,7 +3,7 @@ import { formatId } from '../../common/ids';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
 import { AccountSchema, AuditLogSchema, iso, listOf } from '../schemas';
-import type { AuditLogModel } from '../../db/models';
+import { AccountModel, type AuditLogModel } from '../../db/models';
 
 function presentAuditLog(row: AuditLogModel) {
   return {
@@ -36,7 +36,7 @@ export const accountRoutes = [
     marks: [],
     responses: [{ status: 200, description: 'The account', schema: AccountSchema }],
     async handler({ principal, deps }) {
-      const account = await deps.db('accounts').where({ id: principal.accountId }).first();
+      const account = await AccountModel.query(deps.db).findById(principal.accountId).throwIfNotFound();
       return {
         body: {
           object: 'account',

@@ -4,7 +4,7 @@ import { sha256Hex } from '../../common/crypto';
 import { API_KEY_PREFIX, newApiKeyToken } from '../../domain/credentials';
 import { canSeeService, type Principal } from '../../domain/principal';
 import { isKnownScope, SESSION_ONLY_SCOPES } from '../../domain/scopes';
-import type { ApiKeyModel } from '../../db/models';
+import { ApiKeyModel } from '../../db/models';
 import type { AppDeps } from '../deps';
 import { conflict, forbidden, insufficientScope, notFound, validationFailed, type FieldError } from '../errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
@@ -79,9 +79,9 @@ async function checkAllowlist(deps: AppDeps, principal: Principal, raw: string[]
 async function findKey(deps: AppDeps, principal: Principal, rawId: string): Promise<ApiKeyModel> {
   const id = parseNumericId('key', rawId);
   if (id === null) throw notFound('API key');
-  const qb = deps.db('api_keys').where({ id, account_id: principal.accountId });
+  const qb = ApiKeyModel.query(deps.db).findOne({ id, account_id: principal.accountId });
   if (!principal.isOwner) qb.where('user_id', principal.userId);
-  const row = await qb.first();
+  const row = await qb;
   if (!row) throw notFound('API key');
   return row;
 }
