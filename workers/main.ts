@@ -1,4 +1,4 @@
-import { NativeConnection } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../common/config';
 import { createLogger } from '../common/logger';
 import { createDb } from '../db/knex';
@@ -20,6 +20,9 @@ async function connectWithRetry(address: string, logger: ReturnType<typeof creat
 async function main() {
   const config = loadConfig();
   const logger = createLogger(config.LOG_LEVEL, 'worker');
+  // The SDK's own logs (bundling, state changes) only at warn, unless debugging.
+  const sdkLevel = config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace' ? 'DEBUG' : 'WARN';
+  Runtime.install({ logger: new DefaultLogger(sdkLevel) });
   const db = createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
   const connection = await connectWithRetry(config.TEMPORAL_ADDRESS, logger);
   const { worker, background } = await createWorker({ config, db, logger, connection });
