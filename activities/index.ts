@@ -6,6 +6,7 @@ import type { Db } from '../db/knex';
 import type { OperationService } from '../domain/operations';
 import type { Providers } from '../providers';
 import { createOperationActivities } from './operations.activities';
+import { createOrderActivities } from './orders.activities';
 
 export interface ActivityDeps {
   config: Config;
@@ -24,6 +25,7 @@ export interface ActivityDeps {
 export function createActivities(deps: ActivityDeps) {
   return {
     ...createOperationActivities(deps),
+    ...createOrderActivities(deps),
   };
 }
 

@@ -1,6 +1,10 @@
 import type { Knex } from 'knex';
 import type { Config } from '../common/config';
 import { BackendSwitchboard } from './simulator/switchboard';
+import type { BillingProvider } from './billing.provider';
+import { BillingSimulator } from './simulator/billing.simulator';
+import { ProvisionerRegistry } from './provisioning';
+import { SimulatedProvisioner } from './simulator/provisioning.simulator';
 
 /**
  * Every backend the control plane talks to, behind its provider interface. The embedded default is
@@ -9,9 +13,14 @@ import { BackendSwitchboard } from './simulator/switchboard';
  */
 export interface Providers {
   switchboard: BackendSwitchboard;
+  billing: BillingProvider;
+  /** Provisioner per service family (orders); the generic simulated one for families without their own. */
+  provisioners: ProvisionerRegistry;
 }
 
-export function createProviders({ db }: { db: Knex; config: Config }): Providers {
+export function createProviders({ db, config }: { db: Knex; config: Config }): Providers {
   const switchboard = new BackendSwitchboard(db);
-  return { switchboard };
+  const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
+  const provisioners = new ProvisionerRegistry(new SimulatedProvisioner(db, switchboard, config.SIM_DELAY_SCALE));
+  return { switchboard, billing, provisioners };
 }

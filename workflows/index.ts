@@ -2,4 +2,4 @@
  * The workflow bundle's entry: every workflow the worker runs. Deterministic code only: no Node
  * built-ins, no I/O, no Date.now()/Math.random() (lint enforces the imports under workflows/).
  */
-export {};
+export * from './orders/order.workflow';

@@ -4,6 +4,8 @@ import { apiKeyRoutes } from './api-keys.routes';
 import { devRoutes } from './dev.routes';
 import { metaRoutes } from './meta.routes';
 import { operationRoutes } from './operations.routes';
+import { orderDevRoutes } from './orders.dev.routes';
+import { orderRoutes } from './orders.routes';
 import { serviceRoutes } from './services.routes';
 import { sessionRoutes } from './sessions.routes';
 
@@ -21,7 +23,9 @@ export function buildRouteTable(options: { devEndpoints: boolean }): AnyRoute[] 
     ...accountRoutes,
     ...serviceRoutes,
     ...operationRoutes,
+    ...orderRoutes,
   );
   if (options.devEndpoints) table.push(...devRoutes);
+  if (options.devEndpoints) table.push(...orderDevRoutes);
   return table;
 }

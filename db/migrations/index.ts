@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import * as core from './20261122000001_core';
+import * as orders from './20261122000200_orders';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -7,6 +8,7 @@ import * as core from './20261122000001_core';
  */
 const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000001_core', core],
+  ['20261122000200_orders', orders],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

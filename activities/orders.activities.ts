@@ -1,0 +1,105 @@
+import type { Knex } from 'knex';
+import { formatId } from '../common/ids';
+import { moveServiceStatus, presentService, type ServiceRow } from '../domain/services';
+import { toOperationInvoice } from '../domain/orders';
+import type { OperationInvoice, OrderStatus } from '../providers/billing.provider';
+import type { Providers } from '../providers';
+import type { ProvisionTarget } from '../providers/provisioning';
+import { BackendUnavailableError } from '../providers/simulator/switchboard';
+import type { Logger } from '../common/logger';
+
+export interface OrderPaymentState {
+  order: { id: string; status: OrderStatus };
+  invoice: OperationInvoice;
+}
+
+async function provisionTarget(db: Knex, serviceId: number): Promise<ProvisionTarget> {
+  const row = await db('services')
+    .join('service_billing', 'service_billing.service_id', 'services.id')
+    .join('orders', 'orders.id', 'service_billing.order_id')
+    .where('services.id', serviceId)
+    .select('services.*', 'service_billing.product_family', 'orders.options')
+    .first();
+  if (!row) throw new Error(`service ${serviceId} was not created by an order`);
+  return {
+    id: Number(row.id),
+    accountId: Number(row.account_id),
+    family: row.family,
+    productFamily: row.product_family,
+    product: row.product,
+    label: row.label,
+    options: row.options ?? {},
+    billingCycle: row.billing_cycle,
+  };
+}
+
+/** Activities of the `orders.create` workflow. Each is idempotent (Temporal retries them). */
+export function createOrderActivities({ db, providers, logger }: { db: Knex; providers: Providers; logger: Logger }) {
+  const { billing, provisioners } = providers;
+
+  async function paymentState(orderId: number, issue: boolean): Promise<OrderPaymentState> {
+    const invoice = issue ? await billing.issueInvoice(orderId) : await billing.getInvoiceForOrder(orderId);
+    const order = await billing.getOrderById(orderId);
+    if (!order || !invoice) throw new Error(`order ${orderId} has no invoice yet`);
+    return { order: { id: formatId('ord', order.id), status: order.status }, invoice: toOperationInvoice(invoice) };
+  }
+
+  return {
+    /** Issues the order's invoice (settled at once when free, 100 % off or covered by credit). */
+    async placeOrder(orderId: number): Promise<OrderPaymentState> {
+      return paymentState(orderId, true);
+    },
+
+    /** Reads whether the invoice has been paid or the order cancelled. */
+    async readOrderPayment(orderId: number): Promise<OrderPaymentState> {
+      return paymentState(orderId, false);
+    },
+
+    /** Creates the order's services in `pending` (once). */
+    async createOrderServices(orderId: number): Promise<number[]> {
+      return billing.createServicesForOrder(orderId);
+    },
+
+    /** Asks the family's provisioner to build the service; false while its backend does not answer. */
+    async startProvisioning(serviceId: number): Promise<boolean> {
+      const target = await provisionTarget(db, serviceId);
+      try {
+        await provisioners.for(target.family).provision(target);
+        return true;
+      } catch (err) {
+        if (err instanceof BackendUnavailableError) {
+          logger.warn({ service: serviceId, backend: err.family }, 'provisioning backend unavailable; will retry');
+          return false;
+        }
+        throw err;
+      }
+    },
+
+    /** True once the provisioner reports the service active; false while it does not (or cannot answer). */
+    async checkServiceActive(serviceId: number): Promise<boolean> {
+      const target = await provisionTarget(db, serviceId);
+      try {
+        return await provisioners.for(target.family).isActive(target);
+      } catch (err) {
+        if (err instanceof BackendUnavailableError) return false;
+        throw err;
+      }
+    },
+
+    /**
+     * First activation: `pending` -> `active` with the `service.active` event (once: a service that
+     * already moved on, e.g. billing suspended it meanwhile, is left as it is). Returns the Service.
+     */
+    async activateService(serviceId: number) {
+      const row: ServiceRow = await db.transaction(async (trx) => {
+        const current = await trx('services').where({ id: serviceId }).forUpdate().first();
+        if (!current) throw new Error(`service ${serviceId} does not exist`);
+        if (current.status !== 'pending') return current;
+        return moveServiceStatus(db, serviceId, 'active', trx);
+      });
+      return presentService(row);
+    },
+  };
+}
+
+export type OrderActivities = ReturnType<typeof createOrderActivities>;

@@ -1,0 +1,353 @@
+import { z } from 'zod';
+import { formatId, parseNumericId } from '../../common/ids';
+import { presentOrders, presentProduct, validateOptions } from '../../domain/orders';
+import { SERVICE_FAMILIES } from '../../domain/services';
+import { BILLING_CYCLES, PRODUCT_FAMILIES, type BillingCycle } from '../../providers/billing.provider';
+import { orderCancelledSignal } from '../../workflows/orders/signals';
+import type { AppDeps } from '../deps';
+import { ApiError, notFound, validationFailed, type FieldError } from '../errors';
+import { listEnvelope, listFingerprint, paginationQuery } from '../pagination';
+import { defineRoute } from '../route';
+import { OperationSchema, idParam, listOf } from '../schemas';
+
+/**
+ * Orders (SPEC "Orders", DECISIONS "Orders"): the catalog, payment methods, placing an order (an
+ * `orders.create` operation), reading and cancelling orders. Static paths come before `{id}`.
+ */
+const ts = z.string().nullable();
+const FAMILY_FILTER = [...new Set<string>([...SERVICE_FAMILIES, ...PRODUCT_FAMILIES])] as [string, ...string[]];
+const PRODUCTS_PAGE_DEFAULT = 100;
+
+const ProductOptionSchema = z.object({
+  name: z.string(),
+  type: z.enum(['string', 'integer', 'boolean', 'enum']),
+  required: z.boolean(),
+  default: z.union([z.string(), z.number(), z.boolean()]).nullable().optional(),
+  values: z.array(z.string()).optional(),
+  min: z.number().optional(),
+  max: z.number().optional(),
+  pattern: z.string().optional(),
+  description: z.string().optional(),
+});
+
+export const ProductSchema = z
+  .object({
+    object: z.literal('product'),
+    product: z.string().meta({ description: 'Stable slug, the value of `product` in POST /v1/orders' }),
+    name: z.string(),
+    description: z.string().nullable(),
+    family: z.enum(SERVICE_FAMILIES).meta({ description: 'Family of the Service the product creates' }),
+    product_family: z.string().meta({ description: 'The catalog family (wordpress, images, serverless are `other` as services)' }),
+    prices: z.record(z.string(), z.number()).meta({ description: 'Billing cycle -> price in the account currency; only cycles actually sold' }),
+    options: z.array(ProductOptionSchema),
+    requires_site_name: z.boolean(),
+    capabilities: z.record(z.string(), z.boolean()),
+  })
+  .meta({ id: 'Product' });
+
+export const PaymentMethodSchema = z
+  .object({ object: z.literal('payment_method'), id: z.string(), name: z.string(), default: z.boolean() })
+  .meta({ id: 'PaymentMethod' });
+
+export const InvoiceSchema = z
+  .object({
+    object: z.literal('invoice'),
+    id: z.string(),
+    status: z.enum(['unpaid', 'paid', 'cancelled']),
+    currency: z.string(),
+    subtotal: z.number(),
+    discount: z.number(),
+    total: z.number(),
+    credit_applied: z.number(),
+    amount_due: z.number(),
+    settled_by: z.string().nullable(),
+    payment_url: z.string().nullable(),
+    created_at: ts,
+    paid_at: ts,
+    cancelled_at: ts,
+  })
+  .meta({ id: 'Invoice' });
+
+const CancellationSchema = z.object({
+  type: z.enum(['immediate', 'end_of_cycle']),
+  reason: z.string().nullable(),
+  requested_at: ts,
+});
+
+export const OrderSchema = z
+  .object({
+    object: z.literal('order'),
+    id: z.string(),
+    status: z.enum(['pending', 'active', 'cancelled']),
+    product: z.string(),
+    billing_cycle: z.string(),
+    options: z.record(z.string(), z.unknown()),
+    promo_code: z.string().nullable(),
+    site_name: z.string().nullable(),
+    payment_method: z.string(),
+    currency: z.string(),
+    operation: z.string(),
+    invoice: InvoiceSchema.nullable(),
+    services: z.array(
+      z.object({
+        object: z.literal('service'),
+        id: z.string(),
+        family: z.string(),
+        status: z.string(),
+        name: z.string().nullable(),
+        label: z.string().nullable(),
+        primary_ip: z.string().nullable(),
+        billing_cycle: z.string().nullable(),
+        next_due_date: z.string().nullable(),
+        created_at: ts,
+        capabilities: z.record(z.string(), z.boolean()),
+        recurring_amount: z.number(),
+        currency: z.string(),
+        cancellation: CancellationSchema.extend({ effective_date: z.string().nullable() }).nullable(),
+      }),
+    ),
+    cancellation: CancellationSchema.nullable(),
+    created_at: ts,
+    paid_at: ts,
+    cancelled_at: ts,
+  })
+  .meta({ id: 'Order' });
+
+const HOSTNAME = /^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+const CreateOrderBody = z
+  .object({
+    product: z.string().min(1).max(100).meta({ description: 'Product slug from GET /v1/orders/products', example: 'dns-zone' }),
+    billing_cycle: z
+      .enum(BILLING_CYCLES)
+      .optional()
+      .meta({ description: 'One of the product\'s sold cycles; default `monthly` when sold, else the shortest sold cycle' }),
+    options: z.record(z.string(), z.unknown()).optional().meta({ description: 'Product options, as described by the product\'s `options`' }),
+    promo_code: z.string().min(1).max(64).optional(),
+    site_name: z
+      .string()
+      .transform((v) => v.toLowerCase())
+      .pipe(z.string().regex(HOSTNAME, 'must be a hostname (letters, digits, hyphens and dots)'))
+      .optional()
+      .meta({ description: 'Hosted sites: the site\'s hostname; must not be taken (`hostname_taken`)' }),
+    payment_method: z.string().min(1).max(64).optional().meta({ description: 'From GET /v1/orders/payment-methods; the default one when omitted' }),
+  })
+  .strict();
+
+const CancelOrderBody = z
+  .object({
+    type: z
+      .enum(['immediate', 'end_of_cycle'])
+      .default('end_of_cycle')
+      .meta({ description: 'Active orders: when billing ends each service. Ignored for an unpaid order, which is voided at once' }),
+    reason: z.string().min(1).max(500).optional(),
+  })
+  .strict();
+
+async function accountCurrency(deps: AppDeps, accountId: number): Promise<string> {
+  const account = await deps.db('accounts').where({ id: accountId }).first();
+  return account?.currency ?? 'EUR';
+}
+
+function decodeKey(deps: AppDeps, list: string, cursor: string | undefined): number | undefined {
+  if (cursor === undefined) return undefined;
+  const key = deps.cursors.decode(list, cursor);
+  if (typeof key !== 'number') throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
+  return key;
+}
+
+export const orderRoutes = [
+  defineRoute({
+    method: 'get',
+    path: '/v1/orders/products',
+    operationId: 'listOrderProducts',
+    summary: 'List the orderable catalog',
+    description:
+      'Products in the account currency with their `prices` per billing cycle actually sold and their `options`. Hidden and retired products are not listed. `limit` defaults to 100 here. `family` matches the Service family (`other` included) or the catalog family (`wordpress`, `images`, `serverless`).',
+    tag: 'Orders',
+    scope: 'orders:read',
+    credential: 'credential',
+    marks: [],
+    query: z.object({ ...paginationQuery(PRODUCTS_PAGE_DEFAULT), family: z.enum(FAMILY_FILTER).optional() }),
+    responses: [{ status: 200, description: 'A page of products, newest first', schema: listOf(ProductSchema, 'ProductList') }],
+    async handler({ query, principal, deps }) {
+      const currency = await accountCurrency(deps, principal.accountId);
+      const list = listFingerprint('orders.products', { family: query.family, currency });
+      const before = decodeKey(deps, list, query.cursor);
+      const page = await deps.providers.billing.listProducts({ currency, family: query.family, limit: query.limit, before });
+      const last = page.items[page.items.length - 1];
+      const nextCursor = page.hasMore && last ? deps.cursors.encode(list, Number(last.id)) : null;
+      return { body: listEnvelope(page.items.map(presentProduct), { hasMore: page.hasMore, nextCursor }) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/orders/payment-methods',
+    operationId: 'listPaymentMethods',
+    summary: 'List the payment methods accepted as `payment_method`',
+    description:
+      'One is flagged `default` (used when an order names none). An invoice not settled by account credit stays pending until it is paid through the panel.',
+    tag: 'Orders',
+    scope: 'orders:read',
+    credential: 'credential',
+    marks: [],
+    responses: [{ status: 200, description: 'Every payment method (one page)', schema: listOf(PaymentMethodSchema, 'PaymentMethodList') }],
+    async handler({ deps }) {
+      const methods = await deps.providers.billing.listPaymentMethods();
+      return { body: listEnvelope(methods, { hasMore: false, nextCursor: null }) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/orders',
+    operationId: 'createOrder',
+    summary: 'Place an order',
+    description:
+      'Requires `Idempotency-Key`. Validated before billing: an unknown or retired product, an unsold cycle, bad options or an unknown payment method are `400 validation_failed`; `invalid_promocode`; `hostname_taken` for a taken site name. Answers 202 with an `orders.create` operation: `running` when the invoice is settled at once (free, 100 % promo, account credit); otherwise `pending` with `result.invoice.payment_url` until paid (no timeout). It succeeds with `result.service` once the service is active, or fails with `provisioning_timeout` (30 min) or `order_cancelled`.',
+    tag: 'Orders',
+    scope: 'orders:write',
+    credential: 'credential',
+    marks: ['R', 'A', 'I'],
+    idempotencyKey: 'required',
+    body: CreateOrderBody,
+    exampleBody: { product: 'dns-zone', billing_cycle: 'monthly', options: { zone: 'example.org' } },
+    responses: [{ status: 202, description: 'The `orders.create` operation (Location: /v1/operations/{id})', schema: OperationSchema }],
+    async handler({ body, principal, deps }) {
+      const { billing } = deps.providers;
+      const currency = await accountCurrency(deps, principal.accountId);
+      const product = await billing.getProduct(body.product, currency);
+      if (!product || product.retired) throw validationFailed([{ param: 'product', message: `"${body.product}" is not an orderable product` }]);
+      const sold = Object.keys(product.prices) as BillingCycle[];
+      if (sold.length === 0) throw validationFailed([{ param: 'product', message: `"${body.product}" is not sold in ${currency}` }]);
+      const cycle: BillingCycle = body.billing_cycle ?? (sold.includes('monthly') ? 'monthly' : sold[0]);
+
+      const errors: FieldError[] = [];
+      if (!sold.includes(cycle)) errors.push({ param: 'billing_cycle', message: `is not sold for "${product.slug}" (sold: ${sold.join(', ')})` });
+      const checked = validateOptions(product.options_schema, body.options ?? {});
+      errors.push(...checked.errors);
+      if (product.requires_site_name && !body.site_name) errors.push({ param: 'site_name', message: 'is required for this product' });
+      if (!product.requires_site_name && body.site_name) errors.push({ param: 'site_name', message: 'this product takes no site_name' });
+      const methods = await billing.listPaymentMethods();
+      if (body.payment_method && !methods.some((m) => m.id === body.payment_method)) {
+        errors.push({ param: 'payment_method', message: `must be one of: ${methods.map((m) => m.id).join(', ')}` });
+      }
+      if (errors.length) throw validationFailed(errors);
+
+      if (body.promo_code) {
+        const promo = await billing.checkPromo(body.promo_code, product, cycle);
+        if (!promo.ok) {
+          throw new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${promo.reason ?? 'is not valid'}.`, 'promo_code');
+        }
+      }
+      const hostnameTaken = () =>
+        new ApiError(400, 'invalid_request_error', 'hostname_taken', `The site name "${body.site_name}" is already taken.`, 'site_name');
+      if (body.site_name && (await billing.isSiteNameTaken(body.site_name))) throw hostnameTaken();
+      const paymentMethod = body.payment_method ?? (methods.find((m) => m.default) ?? methods[0]).id;
+
+      // The order id is taken up front so that the operation row, its resource and the workflow input
+      // all name it; the order row is written in the operation's transaction.
+      const seq = await deps.db.raw(`select nextval(pg_get_serial_sequence('orders', 'id')) as id`);
+      const orderId = Number(seq.rows[0].id);
+      const orderRef = formatId('ord', orderId);
+      const initialResult = { order: { id: orderRef, status: 'pending' }, invoice: null };
+      const op = await deps.operations.start({
+        principal,
+        type: 'orders.create',
+        workflowType: 'orderWorkflow',
+        input: { orderId, activationTimeoutMs: deps.config.ORDER_ACTIVATION_TIMEOUT },
+        resource: { object: 'order', id: orderRef },
+        initialStatus: 'pending',
+        async inTransaction(trx, operationId) {
+          const created = await billing.createOrder(trx, {
+            id: orderId,
+            accountId: principal.accountId,
+            operationId,
+            product,
+            billingCycle: cycle,
+            options: checked.options,
+            promoCode: body.promo_code ?? null,
+            siteName: body.site_name ?? null,
+            paymentMethod,
+            currency,
+            credentialId: principal.credentialId,
+          });
+          if (!created) throw hostnameTaken();
+          await trx('operations').where({ id: operationId }).update({ result: JSON.stringify(initialResult) });
+        },
+      });
+      return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: { ...op, result: initialResult } };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/orders',
+    operationId: 'listOrders',
+    summary: 'List the account\'s orders',
+    description: 'Newest first, with each order\'s invoice and created services. Filter by `status`.',
+    tag: 'Orders',
+    scope: 'orders:read',
+    credential: 'credential',
+    marks: [],
+    query: z.object({ ...paginationQuery(), status: z.enum(['pending', 'active', 'cancelled']).optional() }),
+    responses: [{ status: 200, description: 'A page of orders', schema: listOf(OrderSchema, 'OrderList') }],
+    async handler({ query, principal, deps }) {
+      const list = listFingerprint('orders', { status: query.status });
+      const before = decodeKey(deps, list, query.cursor);
+      const page = await deps.providers.billing.listOrders({ accountId: principal.accountId, status: query.status, limit: query.limit, before });
+      const last = page.items[page.items.length - 1];
+      const nextCursor = page.hasMore && last ? deps.cursors.encode(list, Number(last.id)) : null;
+      const data = await presentOrders(deps.db, deps.providers.billing, principal, page.items);
+      return { body: listEnvelope(data, { hasMore: page.hasMore, nextCursor }) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/orders/{id}',
+    operationId: 'getOrder',
+    summary: 'Get an order with its invoice and created services',
+    description: 'Another account\'s order is `404`.',
+    tag: 'Orders',
+    scope: 'orders:read',
+    credential: 'credential',
+    marks: [],
+    params: z.object({ id: idParam('ord_1') }),
+    responses: [{ status: 200, description: 'The order', schema: OrderSchema }],
+    async handler({ params, principal, deps }) {
+      const id = parseNumericId('ord', params.id);
+      const order = id === null ? null : await deps.providers.billing.getOrder(principal.accountId, id);
+      if (!order) throw notFound('order');
+      const [view] = await presentOrders(deps.db, deps.providers.billing, principal, [order]);
+      return { body: view };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/orders/{id}/cancel',
+    operationId: 'cancelOrder',
+    summary: 'Cancel an order',
+    description:
+      'An unpaid order is voided at once with its invoice, and its operation fails with `order_cancelled`. An active order gets a cancellation request per service (`type`: `immediate` or `end_of_cycle`, default `end_of_cycle`) that billing carries out; nothing is destroyed by this call. Cancelling again answers the order as it is.',
+    tag: 'Orders',
+    scope: 'orders:write',
+    credential: 'credential',
+    marks: ['D', 'I'],
+    params: z.object({ id: idParam('ord_1') }),
+    body: CancelOrderBody,
+    exampleBody: { type: 'end_of_cycle' },
+    responses: [{ status: 200, description: 'The order after the cancellation', schema: OrderSchema }],
+    async handler({ params, body, principal, deps }) {
+      const id = parseNumericId('ord', params.id);
+      const outcome = id === null ? null : await deps.providers.billing.cancelOrder(principal.accountId, id, { type: body.type, reason: body.reason ?? null });
+      if (!outcome) throw notFound('order');
+      if (outcome.kind === 'voided') {
+        // The void is committed; the signal only spares the workflow its periodic re-read.
+        await deps.temporal
+          .handle(outcome.order.operation_id)
+          .signal(orderCancelledSignal)
+          .catch((err: Error) => deps.logger.warn({ order: id, err: err.message }, 'could not signal the order workflow'));
+      }
+      const [view] = await presentOrders(deps.db, deps.providers.billing, principal, [outcome.order]);
+      return { body: view };
+    },
+  }),
+];
