@@ -7,6 +7,7 @@ import type { OperationService } from '../domain/operations';
 import type { Providers } from '../providers';
 import { createOperationActivities } from './operations.activities';
 import { createOrderActivities } from './orders.activities';
+import { createWebhookActivities } from './webhooks.activities';
 
 export interface ActivityDeps {
   config: Config;
@@ -26,6 +27,7 @@ export function createActivities(deps: ActivityDeps) {
   return {
     ...createOperationActivities(deps),
     ...createOrderActivities(deps),
+    ...createWebhookActivities(deps),
   };
 }
 

@@ -57,6 +57,10 @@ export const configSchema = z
       }),
     WEBHOOK_TIMEOUT: duration('10s'),
     WEBHOOK_ALLOW_INSECURE_TARGETS: flag,
+    /** How often the event dispatcher sweeps for undispatched events (beside LISTEN cloud_events). */
+    WEBHOOK_SWEEP_INTERVAL: duration('5s'),
+    /** PEM file of extra CA certificates trusted for webhook deliveries (beside the system roots); tests use it for a TLS receiver. */
+    WEBHOOK_EXTRA_CA_FILE: z.string().optional(),
     OPERATION_CACHE_TTL: duration('2s'),
     /** How long GET /v1/operations/{id} waits for a workflow query before answering from PostgreSQL. */
     OPERATION_QUERY_TIMEOUT: duration('1500ms'),

@@ -1,4 +1,5 @@
 import type { ActivityDeps } from '../activities';
+import { EventDispatcher } from '../domain/webhooks/dispatcher';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -10,6 +11,9 @@ export interface BackgroundService {
   stop(): Promise<void>;
 }
 
-export function createBackgroundServices(_deps: ActivityDeps): BackgroundService[] {
-  return [];
+export function createBackgroundServices(deps: ActivityDeps): BackgroundService[] {
+  return [
+    // Webhooks: LISTEN cloud_events + periodic sweep, fans events out to delivery workflows.
+    new EventDispatcher(deps),
+  ];
 }

@@ -1,4 +1,5 @@
 import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import type { Client } from '@temporalio/client';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
@@ -18,6 +19,8 @@ export interface WorkerInput {
   /** A pre-built bundle (tests build one per run); otherwise workflows/index.ts is bundled at start. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   workflowsPath?: string;
+  /** A connected Temporal client for activities and background services (tests pass the test server's); else one is made from config. */
+  temporalClient?: Client;
   /** Extra activities (tests add their own beside the real ones). */
   extraActivities?: Record<string, (...args: never[]) => Promise<unknown>>;
 }
@@ -36,7 +39,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
     useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  });
+  }, input.temporalClient);
   const operations = new OperationService(db, temporal, {
     cacheTtlMs: config.OPERATION_CACHE_TTL,
     queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,

@@ -3,3 +3,4 @@
  * built-ins, no I/O, no Date.now()/Math.random() (lint enforces the imports under workflows/).
  */
 export * from './orders/order.workflow';
+export * from './webhooks/webhook-delivery.workflow';

@@ -8,6 +8,7 @@ import { orderDevRoutes } from './orders.dev.routes';
 import { orderRoutes } from './orders.routes';
 import { serviceRoutes } from './services.routes';
 import { sessionRoutes } from './sessions.routes';
+import { webhookRoutes } from './webhooks.routes';
 
 /**
  * The route table: every public route of the API, one entry each. Product families add their
@@ -24,6 +25,7 @@ export function buildRouteTable(options: { devEndpoints: boolean }): AnyRoute[] 
     ...serviceRoutes,
     ...operationRoutes,
     ...orderRoutes,
+    ...webhookRoutes,
   );
   if (options.devEndpoints) table.push(...devRoutes);
   if (options.devEndpoints) table.push(...orderDevRoutes);

@@ -86,6 +86,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       db: database.db,
       logger,
       connection: temporal.nativeConnection,
+      temporalClient: temporal.client,
       taskQueue,
       workflowBundle: workflowBundle(),
     }));
