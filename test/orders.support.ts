@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Stack } from './helpers/stack';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
 import { ALL_SCOPES, SESSION_ONLY_SCOPES } from '../domain/scopes';
+import type { BackendFamily } from '../providers/simulator/switchboard';
 
 /** Shared by the orders test files: customers with their own credit, order placement, polling. */
 
@@ -40,4 +41,13 @@ export function storedOperation(stack: Stack, id: string) {
 
 export async function eventsFor(stack: Stack, accountId: number, type: string) {
   return stack.db('events').where({ account_id: accountId, type }).orderBy('created_at');
+}
+
+/**
+ * Switches a simulated backend family off or on, then waits out the switchboard's 200 ms cache so
+ * that the worker's own switchboard sees the change too.
+ */
+export async function setBackendDown(stack: Stack, family: BackendFamily, down: boolean): Promise<void> {
+  await stack.api.deps.providers.switchboard.setDown(family, down);
+  await new Promise((r) => setTimeout(r, 300));
 }

@@ -323,6 +323,7 @@ describe('activation timeout', () => {
   it('fails with provisioning_timeout when the service never becomes active', async () => {
     const c = await newCustomer(stack);
     expect((await stack.http.post('/_dev/backends/dns/outage', { body: { down: true } })).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 300)); // the worker's switchboard caches the switch for 200 ms
     try {
       const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'never.example' } });
       expect(res.status).toBe(202);
