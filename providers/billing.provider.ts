@@ -154,8 +154,6 @@ export interface BillingProvider {
   /** Listed catalog (neither hidden nor retired, priced in `currency`), newest first, keyset by id. */
   listProducts(opts: { currency: string; family?: string; limit: number; before?: number }): Promise<{ items: ProductRecord[]; hasMore: boolean }>;
   listPaymentMethods(): Promise<PaymentMethodView[]>;
-  /** The method used when an order names none. */
-  defaultPaymentMethod(): Promise<string>;
   checkPromo(code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck>;
   /** A hosted site's name is taken by a live order or service (any account). */
   isSiteNameTaken(siteName: string): Promise<boolean>;

@@ -271,16 +271,21 @@ describe('orders that wait for payment', () => {
 
 describe('cancel', () => {
   it('voids an unpaid order at once; its operation fails with order_cancelled', async () => {
-    const c = await newCustomer(stack, { credit: 5 });
-    const res = await placeOrder(stack, c, { product: 'wordpress-starter', site_name: 'gone.example.test' });
+    const c = await newCustomer(stack, { credit: 0 });
+    const usesBefore = (await stack.db('promo_codes').where({ code: 'HALF50' }).first()).uses;
+    const res = await placeOrder(stack, c, { product: 'wordpress-starter', site_name: 'gone.example.test', promo_code: 'HALF50' });
     const pending = await waitFor(() => getOp(c, res.body.id), (r) => r.body.result?.invoice !== null);
     expect(pending.body.status).toBe('pending');
     const orderId = res.body.resource.id;
 
+    const promoUses = async () => (await stack.db('promo_codes').where({ code: 'HALF50' }).first()).uses;
+    expect(await promoUses()).toBe(usesBefore + 1);
+    expect(pending.body.result.invoice.total).toBe(4);
     const cancelled = await stack.http.post(`/v1/orders/${orderId}/cancel`, { token: c.token });
     expect(cancelled.status, cancelled.text).toBe(200);
     expect(cancelled.body).toMatchObject({ id: orderId, status: 'cancelled', invoice: { status: 'cancelled', payment_url: null, amount_due: 0 }, services: [] });
     expect(cancelled.body.cancelled_at).not.toBeNull();
+    expect(await promoUses()).toBe(usesBefore); // the voided order gives its promo use back
 
     await result(res.body.id);
     const op = await getOp(c, res.body.id);
@@ -339,6 +344,35 @@ describe('activation timeout', () => {
       expect(await eventsFor(stack, c.accountId, 'service.active')).toHaveLength(0);
     } finally {
       await stack.http.post('/_dev/backends/dns/outage', { body: { down: false } });
+    }
+  });
+});
+
+describe('billing outage', () => {
+  it('accepts the order, waits for billing to answer, and refuses to void meanwhile (503)', async () => {
+    const c = await newCustomer(stack);
+    await stack.http.post('/_dev/backends/billing/outage', { body: { down: true } });
+    await new Promise((r) => setTimeout(r, 300)); // the worker's switchboard caches the switch for 200 ms
+    try {
+      // Reads and validation come from the control plane's own records.
+      expect((await stack.http.get('/v1/orders/products', { token: c.token })).status).toBe(200);
+      expect((await placeOrder(stack, c, { product: 'teleporter' })).body.error.code).toBe('validation_failed');
+      const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'outage.example' } });
+      expect(res.status, res.text).toBe(202);
+      await new Promise((r) => setTimeout(r, 1_500));
+      const op = await storedOperation(stack, res.body.id);
+      expect(op).toMatchObject({ status: 'pending', result: { invoice: null } });
+      const order = await getOrder(c, res.body.resource.id);
+      expect(order.body).toMatchObject({ status: 'pending', invoice: null });
+      const cancel = await stack.http.post(`/v1/orders/${res.body.resource.id}/cancel`, { token: c.token });
+      expect(cancel.status).toBe(503);
+      expect(cancel.body.error.code).toBe('backend_unavailable');
+
+      await stack.http.post('/_dev/backends/billing/outage', { body: { down: false } });
+      await result(res.body.id);
+      expect(await storedOperation(stack, res.body.id)).toMatchObject({ status: 'succeeded', result: { invoice: { status: 'paid' } } });
+    } finally {
+      await stack.http.post('/_dev/backends/billing/outage', { body: { down: false } });
     }
   });
 });

@@ -250,6 +250,12 @@ export const orderRoutes = [
       const orderId = Number(seq.rows[0].id);
       const orderRef = formatId('ord', orderId);
       const initialResult = { order: { id: orderRef, status: 'pending' }, invoice: null };
+      const undoOrder = async () => {
+        // The operation could not start (Temporal did not answer): take the order back too.
+        const gone = await deps.db('orders').where({ id: orderId }).delete().returning('promo_code');
+        const code = gone[0]?.promo_code;
+        if (code) await deps.db('promo_codes').where({ code }).where('uses', '>', 0).decrement('uses', 1);
+      };
       const op = await deps.operations.start({
         principal,
         type: 'orders.create',
@@ -274,6 +280,9 @@ export const orderRoutes = [
           if (!created) throw hostnameTaken();
           await trx('operations').where({ id: operationId }).update({ result: JSON.stringify(initialResult) });
         },
+      }).catch(async (err: unknown) => {
+        if (err instanceof ApiError && err.code === 'backend_unavailable') await undoOrder();
+        throw err;
       });
       return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: { ...op, result: initialResult } };
     },

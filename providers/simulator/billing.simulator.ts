@@ -79,8 +79,10 @@ export function presentInvoice(row: InvoiceRow): InvoiceView {
 }
 
 /**
- * The billing backend, simulated in PostgreSQL. Every call checks the `billing` switch of the
- * switchboard (POST /_dev/backends/billing/outage) and takes a little simulated time.
+ * The billing backend, simulated in PostgreSQL. The catalog, orders and invoices are records the
+ * control plane reads from its own database (so reads and validation never need the backend); the
+ * billing actions (issue, pay, void, cancel, create services) check the `billing` switch of the
+ * switchboard (POST /_dev/backends/billing/outage) and take a little simulated time.
  */
 export class BillingSimulator implements BillingProvider {
   constructor(
@@ -110,7 +112,6 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async getProduct(slug: string, currency: string): Promise<ProductRecord | null> {
-    await this.call();
     const row = await this.db('products').where({ slug }).first();
     if (!row) return null;
     const [product] = await this.withPrices([row], currency);
@@ -118,7 +119,6 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async listProducts(opts: { currency: string; family?: string; limit: number; before?: number }) {
-    await this.call();
     const qb = this.db('products')
       .where({ hidden: false, retired: false })
       .whereExists((q) => q.select(1).from('product_prices').whereRaw('product_prices.product_id = products.id').andWhere('currency', opts.currency));
@@ -131,20 +131,11 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async listPaymentMethods(): Promise<PaymentMethodView[]> {
-    await this.call();
     const rows = await this.db('payment_methods').where({ active: true }).orderBy([{ column: 'position' }, { column: 'id' }]);
     return rows.map((r) => ({ object: 'payment_method' as const, id: r.id, name: r.name, default: r.is_default }));
   }
 
-  async defaultPaymentMethod(): Promise<string> {
-    const methods = await this.listPaymentMethods();
-    const chosen = methods.find((m) => m.default) ?? methods[0];
-    if (!chosen) throw new Error('the billing catalog has no payment method');
-    return chosen.id;
-  }
-
   async checkPromo(code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {
-    await this.call();
     const row = await this.db('promo_codes').where({ code: code.trim().toUpperCase() }).first();
     const refuse = (reason: string): PromoCheck => ({ ok: false, percentOff: 0, reason });
     if (!row || !row.active) return refuse('is not a valid promo code');
@@ -176,14 +167,13 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async isSiteNameTaken(siteName: string): Promise<boolean> {
-    await this.call();
     const row = await this.siteNameTakenQuery(this.db, siteName);
     return Boolean(row?.taken);
   }
 
+  /** Records the order on the control plane's side; billing sees it when the workflow issues the invoice. */
   async createOrder(trxArg: unknown, order: NewOrder): Promise<OrderRecord | null> {
     const trx = trxArg as Knex.Transaction;
-    await this.call();
     if (order.siteName) {
       // Serialises orders for the same site name until this transaction ends.
       await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`site:${order.siteName.toLowerCase()}`]);
@@ -222,17 +212,14 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async getOrder(accountId: number, orderId: number): Promise<OrderRecord | null> {
-    await this.call();
     return (await this.db('orders').where({ id: orderId, account_id: accountId }).first()) ?? null;
   }
 
   async getOrderById(orderId: number): Promise<OrderRecord | null> {
-    await this.call();
     return (await this.db('orders').where({ id: orderId }).first()) ?? null;
   }
 
   async listOrders(opts: { accountId: number; status?: OrderStatus; limit: number; before?: number }) {
-    await this.call();
     const qb = this.db('orders').where({ account_id: opts.accountId });
     if (opts.status) qb.where({ status: opts.status });
     if (opts.before !== undefined) qb.where('id', '<', opts.before);
@@ -295,13 +282,11 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async getInvoiceForOrder(orderId: number): Promise<InvoiceView | null> {
-    await this.call();
     const row = await this.db('invoices').where({ order_id: orderId }).first();
     return row ? presentInvoice(row) : null;
   }
 
   async invoicesForOrders(orderIds: number[]): Promise<Map<number, InvoiceView>> {
-    await this.call();
     const rows: InvoiceRow[] = orderIds.length ? await this.db('invoices').whereIn('order_id', orderIds) : [];
     return new Map(rows.map((r) => [Number(r.order_id), presentInvoice(r)]));
   }
@@ -339,6 +324,8 @@ export class BillingSimulator implements BillingProvider {
         const invoice = await trx('invoices').where({ order_id: orderId }).forUpdate().first();
         if (!invoice || invoice.status === 'unpaid') {
           if (invoice) await trx('invoices').where({ id: invoice.id }).update({ status: 'cancelled', cancelled_at: trx.fn.now() });
+          // A voided order gives its promo code use back.
+          if (order.promo_code) await trx('promo_codes').where({ code: order.promo_code }).where('uses', '>', 0).decrement('uses', 1);
           const [voided] = await trx('orders')
             .where({ id: orderId })
             .update({ status: 'cancelled', cancelled_at: trx.fn.now(), updated_at: trx.fn.now() })
@@ -420,7 +407,6 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async servicesOfOrders(orderIds: number[]): Promise<Map<number, ServiceBillingView[]>> {
-    await this.call();
     const rows = orderIds.length ? await this.db('service_billing').whereIn('order_id', orderIds).orderBy('service_id') : [];
     const out = new Map<number, ServiceBillingView[]>();
     for (const r of rows) {
