@@ -1,0 +1,39 @@
+/**
+ * The API under measurement, in a process of its own (started by bench/api.bench.ts, never alone):
+ * the real `createApi` from the environment, listening on an ephemeral loopback port. It tells the
+ * parent its port over IPC and answers two messages: `flush` (drain the audit queue into
+ * PostgreSQL) and `stop` (close like api/server.ts: stop accepting, drain the audit log, exit).
+ */
+import type { AddressInfo } from 'node:net';
+import { loadConfig } from '../common/config';
+import { createApi } from '../api/bootstrap';
+
+type Message = { type: 'flush'; id: number } | { type: 'stop' };
+
+async function main() {
+  if (!process.send) throw new Error('bench/api-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
+  const config = loadConfig();
+  const api = await createApi(config);
+  const server = api.app.listen(0, '127.0.0.1', () => {
+    process.send!({ type: 'ready', port: (server.address() as AddressInfo).port, pid: process.pid });
+  });
+  server.keepAliveTimeout = 65_000;
+
+  process.on('message', (msg: Message) => {
+    if (msg.type === 'flush') {
+      void api.deps.audit.flush().then(() => process.send!({ type: 'flushed', id: msg.id }));
+    } else if (msg.type === 'stop') {
+      server.close();
+      server.closeAllConnections();
+      // process.exit() (not a natural exit) so that --cpu-prof still writes its profile: Node writes
+      // it on exit either way, and the Temporal client's lazy connection would otherwise keep us up.
+      void api.close().then(() => process.exit(0));
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,367 @@
+/**
+ * API request-path benchmark: `npx tsx bench/api.bench.ts [--duration=10] [--warmup=3]
+ * [--connections=64] [--cpu-prof] [--rounds=1]` (docs/benchmarks.md, "API request path").
+ *
+ * In one run on loopback, with autocannon in this process:
+ *  1. bare Express 5 (bench/bare-express.ts, its own process) answering the same 20-service page the
+ *     API answers: the baseline;
+ *  2. the real API (`createApi`, bench/api-child.ts, its own process) on a fresh database with 30
+ *     services and a Temporal dev server: authenticated `GET /v1/services?limit=20` with an API key;
+ *  3. the same API: `GET /v1/operations/{id}` of a running operation (its workflow state served from
+ *     the 2-second query cache);
+ *  4. bare Express again, so that drift in the machine's load shows.
+ * After each API run: the audit queue is flushed in the API process and the `audit_logs` rows of that
+ * run's key are counted; every response autocannon received must have its row, and no answer may be
+ * other than 2xx. The rate limits are raised through the environment (RATE_LIMIT_*), nothing else.
+ *
+ * The API and the baseline each run in a child process of their own, so that neither shares an event
+ * loop with autocannon; PostgreSQL, the Temporal server and the (idle) worker run beside them on the
+ * same 2 cores, as they would on one small machine. CPU time per process is sampled from /proc.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import autocannon from 'autocannon';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker } from '@temporalio/worker';
+import { loadConfig } from '../common/config';
+import { createLogger } from '../common/logger';
+import { createApi } from '../api/bootstrap';
+import { createWorker } from '../workers/worker';
+import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { ALL_SCOPES } from '../domain/scopes';
+import { createTestDatabase } from '../test/helpers/db';
+import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';
+
+const root = path.resolve(__dirname, '..');
+const arg = (name: string, fallback: string) =>
+  process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? (process.argv.includes(`--${name}`) ? 'true' : fallback);
+const DURATION = Number(arg('duration', '10'));
+const WARMUP = Number(arg('warmup', '3'));
+const CONNECTIONS = Number(arg('connections', '64'));
+const ROUNDS = Number(arg('rounds', '1'));
+const CPU_PROF = arg('cpu-prof', 'false') === 'true';
+const SERVICES = 30;
+const HUGE = '1000000000';
+
+// ---------------------------------------------------------------------------------------------
+// CPU accounting from /proc: per process (API child, baseline child, this process, our PostgreSQL
+// backends, the Temporal server) and the whole machine, so that contention is visible.
+const TICK = 100; // USER_HZ on Linux
+function procCpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / TICK; // utime + stime
+  } catch {
+    return 0;
+  }
+}
+function machineBusySeconds(): number {
+  const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, , , irq, softirq, steal] = cpu;
+  return (user + nice + system + irq + softirq + steal) / TICK;
+}
+/** Our own child processes of that name (other sessions on the machine may run the same programs). */
+function childPidsByName(name: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === process.pid && readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === name) pids.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return pids;
+}
+
+interface CpuGroups {
+  [group: string]: () => number[];
+}
+function cpuSnapshot(groups: CpuGroups) {
+  const out: Record<string, number> = { machine: machineBusySeconds() };
+  for (const [group, pids] of Object.entries(groups)) out[group] = pids().reduce((sum, pid) => sum + procCpuSeconds(pid), 0);
+  return out;
+}
+function cpuDelta(before: Record<string, number>, after: Record<string, number>, seconds: number) {
+  const cores: Record<string, number> = {};
+  for (const key of Object.keys(after)) cores[key] = Math.round(((after[key] - (before[key] ?? 0)) / seconds) * 100) / 100;
+  const ours = Object.entries(cores).filter(([k]) => k !== 'machine').reduce((s, [, v]) => s + v, 0);
+  cores.others = Math.max(0, Math.round((cores.machine - ours) * 100) / 100);
+  return cores;
+}
+
+// ---------------------------------------------------------------------------------------------
+function startChild(file: string, env: Record<string, string>, execArgv: string[] = []): Promise<{ child: ChildProcess; port: number }> {
+  const child = fork(path.join(__dirname, file), [], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    execArgv: ['--import', 'tsx', ...execArgv],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`${file} exited (${code}) before it was ready`)));
+    child.on('message', (msg: { type: string; port?: number }) => {
+      if (msg.type === 'ready') resolve({ child, port: msg.port! });
+    });
+  });
+}
+
+function request<T extends { type: string }>(child: ChildProcess, message: object, answer: string): Promise<T> {
+  return new Promise((resolve) => {
+    const onMessage = (msg: T) => {
+      if (msg.type !== answer) return;
+      child.off('message', onMessage);
+      resolve(msg);
+    };
+    child.on('message', onMessage);
+    child.send(message);
+  });
+}
+
+async function stopChild(child: ChildProcess) {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.send({ type: 'stop' });
+  await exited;
+}
+
+interface Run {
+  name: string;
+  url: string;
+  rps: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  received: number;
+  sent: number;
+  non2xx: number;
+  errors: number;
+  timeouts: number;
+  loadBefore: string;
+  cores: Record<string, number>;
+  audited?: number;
+}
+
+const load = () => os.loadavg().map((n) => n.toFixed(2)).join(' ');
+
+async function measure(
+  name: string,
+  url: string,
+  headers: Record<string, string>,
+  groups: CpuGroups,
+  auditCount?: () => Promise<number>,
+): Promise<Run> {
+  if (WARMUP > 0) await autocannon({ url, connections: CONNECTIONS, duration: WARMUP, headers });
+  // Let the warm-up's last requests finish (and be recorded) before counting.
+  await new Promise((r) => setTimeout(r, 500));
+  const auditBefore = auditCount ? await auditCount() : 0;
+  const loadBefore = load();
+  const before = cpuSnapshot(groups);
+  const started = process.hrtime.bigint();
+  const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, headers });
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const cores = cpuDelta(before, cpuSnapshot(groups), seconds);
+  const run: Run = {
+    name,
+    url,
+    rps: Math.round(r.requests.total / r.duration),
+    p50: r.latency.p50,
+    p90: r.latency.p90,
+    p99: r.latency.p99,
+    max: r.latency.max,
+    received: r.requests.total,
+    sent: r.requests.sent,
+    non2xx: r.non2xx,
+    errors: r.errors,
+    timeouts: r.timeouts,
+    loadBefore,
+    cores,
+  };
+  if (auditCount) {
+    await new Promise((r) => setTimeout(r, 500));
+    run.audited = (await auditCount()) - auditBefore;
+  }
+  console.log(
+    `  ${name.padEnd(34)} ${String(run.rps).padStart(6)} req/s  p50 ${run.p50} ms  p90 ${run.p90} ms  p99 ${run.p99} ms  max ${run.max} ms  ` +
+      `non-2xx ${run.non2xx}  errors ${run.errors}  load before ${loadBefore}\n    cores: ${JSON.stringify(cores)}`,
+  );
+  return run;
+}
+
+async function main() {
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+  const started = Date.now();
+  console.log(`API bench: ${os.cpus().length} x ${os.cpus()[0]?.model}, Node ${process.version}, load ${load()}`);
+  console.log(`  autocannon ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s per run, ${ROUNDS} round(s)${CPU_PROF ? ', API child with --cpu-prof' : ''}`);
+
+  // Fresh database and Temporal dev server (the CLI of scripts/ensure-tools.sh), with the search attributes.
+  const database = await createTestDatabase();
+  const cli = path.join(root, '.tools/venv/bin/temporal');
+  const temporal = await TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: existsSync(cli) ? { type: 'existing-path', path: cli } : undefined,
+      ip: '127.0.0.1',
+      searchAttributes: Object.values(SEARCH_ATTRIBUTES),
+      log: { format: 'pretty', level: 'error' },
+    },
+  });
+  const taskQueue = `bench-${randomBytes(4).toString('hex')}`;
+  const env: Record<string, string> = {
+    NODE_ENV: 'production',
+    CLOUD_MASTER_KEY: randomBytes(32).toString('hex'),
+    DATABASE_URL: database.url,
+    TEMPORAL_ADDRESS: temporal.address,
+    TEMPORAL_TASK_QUEUE: taskQueue,
+    TEMPORAL_SEARCH_ATTRIBUTES: '1',
+    LOG_LEVEL: 'warn',
+    // Raised for the bench only: at 64 connections the default 600/min per key would answer 429s.
+    RATE_LIMIT_DEFAULT_PER_KEY: HUGE,
+    RATE_LIMIT_DEFAULT_PER_ACCOUNT: HUGE,
+    RATE_LIMIT_MUTATIONS_PER_KEY: HUGE,
+    RATE_LIMIT_MUTATIONS_PER_ACCOUNT: HUGE,
+  };
+  const config = loadConfig({ ...process.env, ...env });
+  const logger = createLogger('warn', 'bench');
+
+  // Data: one account, its owner, 30 services, one key per measured run.
+  const { accountId } = await createAccount(database.db);
+  const { userId } = await createUser(database.db, accountId, { isOwner: true });
+  for (let i = 0; i < SERVICES; i++) await createService(database.db, accountId, { family: i % 3 === 0 ? 'dns' : 'vps' });
+  const scopes = ALL_SCOPES.filter((s) => !s.startsWith('apikeys:') && !s.startsWith('users:'));
+  const newKey = () => createApiKey(database.db, accountId, userId, { scopes });
+
+  // A running operation: the test workflow goes `running` and waits for a signal that never comes.
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: path.join(root, 'test/fixtures/workflows.ts'),
+    logger: { info() {}, warn() {}, error: console.error, debug() {}, trace() {}, log() {} } as never,
+  });
+  const { worker }: { worker: Worker } = await createWorker({
+    config,
+    db: database.db,
+    logger,
+    connection: temporal.nativeConnection,
+    temporalClient: temporal.client,
+    taskQueue,
+    workflowBundle: { code },
+  });
+  const workerRunning = worker.run();
+  const starter = await createApi(config, { db: database.db, temporalClient: temporal.client, logger });
+  const opKey = await newKey();
+  const principal = await starter.deps.credentials.authenticate(`Bearer ${opKey.token}`);
+  const op = await starter.deps.operations.start({ principal, type: 'bench.operation', workflowType: 'testOperationWorkflow' });
+  for (let i = 0; i < 200; i++) {
+    const row = await database.db('operations').where({ id: op.id }).first('status');
+    if (row.status === 'running') break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await starter.close();
+
+  // The two servers.
+  const profileDir = path.join(os.tmpdir(), `cloud-bench-prof-${Date.now()}`);
+  if (CPU_PROF) mkdirSync(profileDir, { recursive: true });
+  const api = await startChild('api-child.ts', env, CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []);
+  const bare = await startChild('bare-express.ts', {});
+  const apiUrl = `http://127.0.0.1:${api.port}`;
+  const bareUrl = `http://127.0.0.1:${bare.port}`;
+
+  // The bodies the baseline serves are the API's own answers.
+  const probeKey = await newKey();
+  const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+  const listBody: any = await (await fetch(`${apiUrl}/v1/services?limit=20`, { headers: auth(probeKey.token) })).json();
+  const opBody: any = await (await fetch(`${apiUrl}/v1/operations/${op.id}`, { headers: auth(opKey.token) })).json();
+  if (listBody.data?.length !== 20 || !listBody.has_more) throw new Error(`unexpected list: ${JSON.stringify(listBody).slice(0, 200)}`);
+  if (opBody.status !== 'running' || opBody.stale) throw new Error(`operation not running: ${JSON.stringify(opBody)}`);
+  await request(bare.child, { type: 'bodies', list: listBody, operation: opBody }, 'bodies-set');
+  console.log(`  list body ${JSON.stringify(listBody).length} bytes, operation body ${JSON.stringify(opBody).length} bytes`);
+
+  const ourPgBackends = async () =>
+    (await database.db.raw('select pid from pg_stat_activity where datname = current_database()')).rows.map((r: { pid: number }) => r.pid);
+  const pgPids = await ourPgBackends();
+  const temporalPids = childPidsByName('temporal');
+  const groups: CpuGroups = {
+    autocannon_and_worker: () => [process.pid],
+    api: () => [api.child.pid!],
+    bare: () => [bare.child.pid!],
+    postgres_ours: () => pgPids,
+    temporal_server: () => temporalPids,
+  };
+
+  let flushes = 0;
+  const auditedRows = async (credentialId: string) => {
+    await request(api.child, { type: 'flush', id: ++flushes }, 'flushed');
+    const [{ count }] = await database.db('audit_logs').where({ credential_id: credentialId }).count('* as count');
+    return Number(count);
+  };
+
+  const runs: Run[] = [];
+  for (let round = 1; round <= ROUNDS; round++) {
+    if (ROUNDS > 1) console.log(`round ${round}`);
+    runs.push(await measure('bare Express, 20-item list', `${bareUrl}/list`, {}, groups));
+
+    const listKey = await newKey();
+    const list = await measure('API GET /v1/services?limit=20', `${apiUrl}/v1/services?limit=20`, auth(listKey.token), groups, async () => {
+      // Our backends, read again after the warm-up: the pool opens connections as it needs them.
+      pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
+      return auditedRows(listKey.id);
+    });
+    runs.push(list);
+
+    const opRunKey = await newKey();
+    runs.push(
+      await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id)),
+    );
+
+    runs.push(await measure('bare Express, 20-item list (again)', `${bareUrl}/list`, {}, groups));
+    runs.push(await measure('bare Express, one operation', `${bareUrl}/operation`, {}, groups));
+  }
+
+  await stopChild(api.child);
+  await stopChild(bare.child);
+  await temporal.client.workflow.getHandle(op.id).terminate('bench over');
+  worker.shutdown();
+  await workerRunning;
+  await temporal.teardown();
+  await database.drop();
+
+  // Summary.
+  const bareRuns = runs.filter((r) => r.url.endsWith('/list'));
+  const baseline = bareRuns.reduce((s, r) => s + r.rps, 0) / bareRuns.length;
+  console.log(`\nbaseline (mean of ${bareRuns.length} bare list runs): ${Math.round(baseline)} req/s`);
+  console.log('\n| Run | req/s | % of bare | p50 ms | p99 ms | max ms | non-2xx | received / audited |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|---|');
+  for (const r of runs) {
+    const audit = r.audited === undefined ? '—' : `${r.received} / ${r.audited}`;
+    console.log(
+      `| ${r.name} | ${r.rps} | ${Math.round((r.rps / baseline) * 100)} % | ${r.p50} | ${r.p99} | ${r.max} | ${r.non2xx + r.errors + r.timeouts} | ${audit} |`,
+    );
+  }
+  let ok = true;
+  for (const r of runs.filter((x) => x.audited !== undefined)) {
+    // autocannon counts the answers it received; the API records every request it finished or whose
+    // connection closed, so the rows lie between the answers received and the requests sent (the
+    // difference: requests in flight when autocannon stopped).
+    const audited = r.audited! >= r.received && r.audited! <= r.sent;
+    if (!audited || r.non2xx + r.errors + r.timeouts > 0) ok = false;
+    console.log(`  ${r.name}: ${r.received} answers, ${r.sent} sent, ${r.audited} audit rows -> ${audited ? 'every request audited' : 'AUDIT MISMATCH'}`);
+  }
+  const services = runs.filter((r) => r.name.startsWith('API GET /v1/services'));
+  const ops = runs.filter((r) => r.name.startsWith('API GET /v1/operations'));
+  for (const r of services) console.log(`  target services list: ${Math.round((r.rps / baseline) * 100)} % >= 40 % and p99 ${r.p99} ms < 25 ms -> ${r.rps / baseline >= 0.4 && r.p99 < 25 ? 'reached' : 'NOT reached'}`);
+  for (const r of ops) console.log(`  target cached operation: ${Math.round((r.rps / baseline) * 100)} % >= 60 % -> ${r.rps / baseline >= 0.6 ? 'reached' : 'NOT reached'}`);
+  if (CPU_PROF) console.log(`  CPU profile of the API process: ${profileDir}`);
+  console.log(`  total ${Math.round((Date.now() - started) / 1000)} s, load now ${load()}`);
+  console.log(`RESULT_JSON ${JSON.stringify({ baseline, runs, load: load(), ok })}`);
+  if (!ok) process.exitCode = 1;
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
