@@ -22,10 +22,10 @@ afterAll(async () => {
 
 const PRODUCTION_DELAYS = [30_000, 120_000, 600_000, 3_600_000, 21_600_000];
 
-/** When each attempt activity was scheduled, in workflow (skipped) time. */
+/** When each attempt (a local activity, recorded as a marker) completed, in workflow (skipped) time. */
 function attemptTimes(history: Awaited<ReturnType<ReturnType<NonNullable<Stack['temporal']>['client']['workflow']['getHandle']>['fetchHistory']>>): number[] {
   return (history.events ?? [])
-    .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'attemptWebhookDelivery')
+    .filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity')
     .map((e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6));
 }
 

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { InternalConnectionLikeSymbol, type Client } from '@temporalio/client';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { Config } from '../../common/config';
 import { randomBase62 } from '../../common/crypto';
@@ -140,6 +141,16 @@ function startOptions(temporal: TemporalGateway, config: Config, delivery: Pick<
  * that is already going is left alone; a run that failed or was terminated may be started again; a
  * run that completed is never started again by the dispatcher (redeliver starts new runs itself).
  */
+/**
+ * Eager start: when the client shares a NativeConnection with a worker of this process (the worker
+ * process's dispatcher), the server hands the first workflow task straight back with the start
+ * response, skipping a round of task matching per delivery.
+ */
+function supportsEagerStart(client: Client): boolean {
+  const internals = (client.connection as { [InternalConnectionLikeSymbol]?: { supportsEagerStart?: boolean } })[InternalConnectionLikeSymbol];
+  return internals?.supportsEagerStart === true;
+}
+
 export async function startDeliveryWorkflow(
   temporal: TemporalGateway,
   config: Config,
@@ -149,6 +160,7 @@ export async function startDeliveryWorkflow(
     await temporal.client.workflow.start(WEBHOOK_DELIVERY_WORKFLOW, {
       ...startOptions(temporal, config, delivery),
       workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY',
+      requestEagerStart: supportsEagerStart(temporal.client),
     });
     return 'started';
   } catch (err) {
