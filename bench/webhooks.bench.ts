@@ -14,7 +14,6 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../common/config';
@@ -99,9 +98,9 @@ async function main() {
   const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
   console.log('bundling workflows and starting the worker...');
-  // As in the worker process: the dispatcher's client shares the worker's NativeConnection (eager start).
-  const workerClient = new Client({ connection: env.nativeConnection, namespace: config.TEMPORAL_NAMESPACE });
-  const { worker, background } = await createWorker({ config, db: database.db, logger, connection: env.nativeConnection, temporalClient: workerClient, taskQueue });
+  // Wired as in the worker process (workers/main.ts): its activities and dispatcher use a client on the
+  // worker's NativeConnection, so delivery workflows start eagerly.
+  const { worker, background } = await createWorker({ config, db: database.db, logger, connection: env.nativeConnection, taskQueue });
   for (const s of background) await s.start();
   const running = worker.run();
 

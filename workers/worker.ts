@@ -1,5 +1,5 @@
 import { type NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
+import { Client } from '@temporalio/client';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
@@ -19,7 +19,10 @@ export interface WorkerInput {
   /** A pre-built bundle (tests build one per run); otherwise workflows/index.ts is bundled at start. */
   workflowBundle?: WorkerOptions['workflowBundle'];
   workflowsPath?: string;
-  /** A connected Temporal client for activities and background services (tests pass the test server's); else one is made from config. */
+  /**
+   * The Temporal client of activities and background services (tests pass the test server's). By default a
+   * client on the worker's own NativeConnection, which also lets the event dispatcher start workflows eagerly.
+   */
   temporalClient?: Client;
   /** Extra activities (tests add their own beside the real ones). */
   extraActivities?: Record<string, (...args: never[]) => Promise<unknown>>;
@@ -39,7 +42,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
     useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  }, input.temporalClient);
+  }, input.temporalClient ?? new Client({ connection: input.connection, namespace: config.TEMPORAL_NAMESPACE }));
   const operations = new OperationService(db, temporal, {
     cacheTtlMs: config.OPERATION_CACHE_TTL,
     queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
