@@ -8,6 +8,7 @@ import type { Providers } from '../providers';
 import { createOperationActivities } from './operations.activities';
 import { createOrderActivities } from './orders.activities';
 import { createWebhookActivities } from './webhooks.activities';
+import { createVpsActivities } from './vps.activities';
 
 export interface ActivityDeps {
   config: Config;
@@ -28,6 +29,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createOperationActivities(deps),
     ...createOrderActivities(deps),
     ...createWebhookActivities(deps),
+    ...createVpsActivities(deps),
   };
 }
 

@@ -5,6 +5,8 @@ import type { BillingProvider } from './billing.provider';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { ProvisionerRegistry } from './provisioning';
 import { SimulatedProvisioner } from './simulator/provisioning.simulator';
+import type { HypervisorProvider } from './hypervisor.provider';
+import { HypervisorSimulator } from './simulator/hypervisor.simulator';
 
 /**
  * Every backend the control plane talks to, behind its provider interface. The embedded default is
@@ -16,11 +18,14 @@ export interface Providers {
   billing: BillingProvider;
   /** Provisioner per service family (orders); the generic simulated one for families without their own. */
   provisioners: ProvisionerRegistry;
+  /** VPS machines (qemu and lxc) on the hypervisor cluster. */
+  hypervisor: HypervisorProvider;
 }
 
 export function createProviders({ db, config }: { db: Knex; config: Config }): Providers {
   const switchboard = new BackendSwitchboard(db);
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const provisioners = new ProvisionerRegistry(new SimulatedProvisioner(db, switchboard, config.SIM_DELAY_SCALE));
-  return { switchboard, billing, provisioners };
+  const hypervisor = new HypervisorSimulator(db, switchboard, config.SIM_DELAY_SCALE);
+  return { switchboard, billing, provisioners, hypervisor };
 }

@@ -4,3 +4,7 @@
  */
 export * from './orders/order.workflow';
 export * from './webhooks/webhook-delivery.workflow';
+export * from './vps/vps-power.workflow';
+export * from './vps/vps-reinstall.workflow';
+export * from './vps/vps-backup.workflow';
+export * from './vps/vps-restore.workflow';

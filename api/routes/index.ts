@@ -9,6 +9,7 @@ import { orderRoutes } from './orders.routes';
 import { serviceRoutes } from './services.routes';
 import { sessionRoutes } from './sessions.routes';
 import { webhookRoutes } from './webhooks.routes';
+import { vpsDevRoutes, vpsRoutes } from './vps.routes';
 
 /**
  * The route table: every public route of the API, one entry each. Product families add their
@@ -26,8 +27,10 @@ export function buildRouteTable(options: { devEndpoints: boolean }): AnyRoute[] 
     ...operationRoutes,
     ...orderRoutes,
     ...webhookRoutes,
+    ...vpsRoutes,
   );
   if (options.devEndpoints) table.push(...devRoutes);
   if (options.devEndpoints) table.push(...orderDevRoutes);
+  if (options.devEndpoints) table.push(...vpsDevRoutes);
   return table;
 }

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import * as core from './20261122000001_core';
 import * as orders from './20261122000200_orders';
 import * as webhooks from './20261122000300_webhooks';
+import * as vps from './20261122000100_vps';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -11,6 +12,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000001_core', core],
   ['20261122000200_orders', orders],
   ['20261122000300_webhooks', webhooks],
+  ['20261122000100_vps', vps],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

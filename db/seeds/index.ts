@@ -1,10 +1,12 @@
 import type { Knex } from 'knex';
 import { seedCore, type DemoPasswords } from './core.seed';
 import { seedOrders } from './orders.seed';
+import { seedVps } from './vps.seed';
 
 /** Demo data for local runs (`npm start`): core first, then each family's own seed. Idempotent. */
 export async function seedDemo(db: Knex, passwords: DemoPasswords): Promise<{ createdUsers: boolean }> {
   const core = await seedCore(db, passwords);
   await seedOrders(db);
+  await seedVps(db);
   return core;
 }

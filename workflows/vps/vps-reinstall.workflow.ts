@@ -1,0 +1,59 @@
+import { OperationTracker, type OperationError, type OperationInput } from '../common/operation';
+import { calls, powerTo, StepFailed, upstreamError, waits } from './vps-activities';
+
+export interface VpsReinstallInput extends OperationInput {
+  serviceId: number;
+  vmid: number;
+  /** A template id of GET /v1/vps/{id}/templates. The root password is not here: it waits sealed, keyed by operation id. */
+  template: string;
+}
+
+/** Progress at the start of each stage. */
+const STAGES = { provision: 5, boot: 60, health_check: 85 } as const;
+type Stage = keyof typeof STAGES;
+
+/**
+ * `vps.reinstall`: provision (the hypervisor wipes the disk and installs the template with the
+ * root password), wait for boot (start, until the guest answers), health check (running, guest up,
+ * same addresses). The VPS is flagged `reinstalling` from the request's transaction until the end;
+ * the flag is cleared before the operation's final state is recorded, success or failure.
+ */
+export async function vpsReinstallWorkflow(input: VpsReinstallInput): Promise<void> {
+  const op = new OperationTracker(input.operationId);
+  let stage: Stage = 'provision';
+  const enter = (next: Stage) => {
+    stage = next;
+    return op.update({ status: 'running', progress: STAGES[next], result: { stage: next, template: input.template } });
+  };
+
+  let outcome: { ok: true; result: unknown } | { ok: false; error: OperationError };
+  try {
+    await enter('provision');
+    const addresses = await calls.vpsReadAddresses({ vmid: input.vmid });
+    const task = await calls.vpsBeginReinstall({
+      operationId: input.operationId,
+      vmid: input.vmid,
+      template: input.template,
+      key: `${input.operationId}:reinstall`,
+    });
+    await op.progress(15);
+    const provisioned = await waits.vpsAwaitTask({ upid: task.upid });
+    if (provisioned.status === 'error') throw new StepFailed('provision', `the reinstall task failed: ${provisioned.error ?? 'no detail'}`);
+
+    await enter('boot');
+    await powerTo(input.vmid, 'start', `${input.operationId}:start`, 'boot');
+    await op.progress(70);
+    await waits.vpsAwaitGuest({ vmid: input.vmid });
+
+    await enter('health_check');
+    const health = await calls.vpsHealthCheck({ vmid: input.vmid, ...addresses });
+    if (!health.ok) throw new StepFailed('health_check', health.detail);
+    outcome = { ok: true, result: { stage: 'done', template: input.template, ipv4: addresses.ipv4, ipv6: addresses.ipv6 } };
+  } catch (err) {
+    outcome = { ok: false, error: upstreamError(err, stage) };
+  }
+
+  await calls.vpsEndReinstall({ operationId: input.operationId, serviceId: input.serviceId });
+  if (outcome.ok) await op.succeed(outcome.result);
+  else await op.fail(outcome.error, { stage, template: input.template });
+}
