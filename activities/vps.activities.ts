@@ -14,6 +14,9 @@ import {
 } from '../providers/hypervisor.provider';
 import { BackendUnavailableError } from '../providers/simulator/switchboard';
 
+/** How long a machine may take to show the state its finished task left it in. */
+const STATE_SETTLE_MS = 60_000;
+
 /** Keyring purpose of a reinstall's sealed root password. */
 export const ROOT_PASSWORD_PURPOSE = 'vps-root-password';
 
@@ -72,13 +75,21 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
       );
     },
 
-    /** Waits until the machine reports the state (the real state, not the order). */
+    /**
+     * Waits until the machine reports the state (the real state, not the order). Gives up after
+     * `STATE_SETTLE_MS` and returns the state it last saw: another action may have moved it since.
+     */
     async vpsAwaitState(input: { vmid: number; state: MachineState }): Promise<MachineState> {
-      const status = await poll(
+      const deadline = Date.now() + STATE_SETTLE_MS;
+      let last: MachineState = 'unknown';
+      await poll(
         () => hv.status(input.vmid),
-        (s) => s.state === input.state,
+        (s) => {
+          last = s.state;
+          return s.state === input.state || Date.now() > deadline;
+        },
       );
-      return status.state;
+      return last;
     },
 
     /** The machine's addresses, to prove a reinstall kept them. */

@@ -348,7 +348,7 @@ describe('scopes and capabilities', () => {
     expect(await stack.db('operations').where({ resource_id: vps.id })).toHaveLength(0);
   });
 
-  it('answers 409 for actions on a VPS that has no machine yet', async () => {
+  it('answers 409 for actions on a VPS that has no machine yet, until one is built', async () => {
     const svc = await createService(stack.db, stack.owner.accountId, { family: 'vps' });
     const get = await stack.http.get(`/v1/vps/${svc.id}`, { token });
     expect(get.status).toBe(200);
@@ -356,6 +356,14 @@ describe('scopes and capabilities', () => {
     const power = await stack.http.post(`/v1/vps/${svc.id}/power`, { token, body: { action: 'start' } });
     expect(power.status).toBe(409);
     expect(power.body.error.code).toBe('conflict');
+
+    const built = await stack.http.post(`/_dev/vps/${svc.id}/machine`, { body: { type: 'lxc' } });
+    expect(built.status, built.text).toBe(200);
+    const again = await stack.http.post(`/_dev/vps/${svc.id}/machine`, { body: { type: 'qemu' } });
+    expect(again.body.vmid).toBe(built.body.vmid);
+    const after = await stack.http.get(`/v1/vps/${svc.id}`, { token });
+    expect(after.body).toMatchObject({ type: 'lxc', vmid: built.body.vmid, state: 'running' });
+    expect((await stack.http.post(`/_dev/vps/${(await createService(stack.db, stack.owner.accountId, { family: 'dns' })).id}/machine`, { body: {} })).status).toBe(404);
   });
 });
 

@@ -48,5 +48,8 @@ export async function powerTo(vmid: number, action: PowerTaskKind, key: string, 
   const task = await calls.vpsIssuePower({ vmid, action, key });
   const done = await waits.vpsAwaitTask({ upid: task.upid });
   if (done.status === 'error') throw new StepFailed(step, `the ${action} task failed: ${done.error ?? 'no detail'}`);
-  return waits.vpsAwaitState({ vmid, state: action === 'start' ? 'running' : 'stopped' });
+  const target = action === 'start' ? 'running' : 'stopped';
+  const state = await waits.vpsAwaitState({ vmid, state: target });
+  if (state !== target) throw new StepFailed(step, `the machine is ${state}, not ${target}: another action changed it meanwhile`);
+  return state;
 }
