@@ -66,7 +66,7 @@ export async function attachVpsMachine(
   db: Knex,
   hypervisor: HypervisorProvider,
   service: Pick<ServiceRow, 'id' | 'label' | 'primary_ip'>,
-  spec: { type: MachineType; hostname?: string; cores?: number; memoryMb?: number; diskGb?: number; node?: string; template?: string },
+  spec: { type: MachineType; hostname?: string; cores?: number; memoryMb?: number; diskGb?: number; node?: string; template?: string; os?: string },
 ): Promise<VpsServerRow> {
   const existing: VpsServerRow | undefined = await db('vps_servers').where({ service_id: service.id }).first();
   if (existing) return existing;
@@ -79,12 +79,13 @@ export async function attachVpsMachine(
     diskGb: spec.diskGb ?? (spec.type === 'qemu' ? 40 : 10),
     node: spec.node,
     template: spec.template,
+    os: spec.os,
     ipv4: service.primary_ip ?? undefined,
   });
   await db('vps_servers')
     .insert({ service_id: service.id, vmid: machine.vmid, node: machine.node, type: machine.type, hostname: machine.name })
     .onConflict('service_id')
     .ignore();
-  if (!service.primary_ip) await db('services').where({ id: service.id }).whereNull('primary_ip').update({ primary_ip: machine.ipv4 });
+  await db('services').where({ id: service.id }).whereNull('primary_ip').update({ primary_ip: machine.ipv4 });
   return db('vps_servers').where({ service_id: service.id }).first();
 }

@@ -33,6 +33,8 @@ export interface NewMachine {
   diskGb: number;
   /** A template id of `templates()`; a default one of the type when omitted. */
   template?: string;
+  /** An OS such as `debian-12` (an order's option): the hypervisor picks its template, and a node that has it. */
+  os?: string;
   node?: string;
   ipv4?: string;
 }

@@ -7,6 +7,7 @@ import { ProvisionerRegistry } from './provisioning';
 import { SimulatedProvisioner } from './simulator/provisioning.simulator';
 import type { HypervisorProvider } from './hypervisor.provider';
 import { HypervisorSimulator } from './simulator/hypervisor.simulator';
+import { VpsProvisioner } from './vps.provisioner';
 
 /**
  * Every backend the control plane talks to, behind its provider interface. The embedded default is
@@ -27,5 +28,6 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const provisioners = new ProvisionerRegistry(new SimulatedProvisioner(db, switchboard, config.SIM_DELAY_SCALE));
   const hypervisor = new HypervisorSimulator(db, switchboard, config.SIM_DELAY_SCALE);
+  provisioners.register('vps', new VpsProvisioner(db, hypervisor));
   return { switchboard, billing, provisioners, hypervisor };
 }

@@ -6,6 +6,7 @@ import { ConsoleTicketSchema, VpsBackupSchema, VpsConfigSchema, VpsIpSchema, Vps
 import { OperationSchema } from '../api/schemas';
 import { DEFAULT_CAPABILITIES } from '../domain/capabilities';
 import { BACKUP_ID_PATTERN } from '../providers/hypervisor.provider';
+import { seedOrders } from '../db/seeds/orders.seed';
 import { createVps, setVpsBackend, simulator, waitForOperation, type TestVps } from './vps.support';
 
 /**
@@ -450,5 +451,26 @@ describe('backups', () => {
     const raw = await stack.http.delete(`/v1/vps/${qemu.id}/backups/${owned}`, { token });
     expect(raw.status).toBe(404);
     expect(raw.body.error.code).toBe('route_not_found');
+  });
+});
+
+describe('ordered VPS', () => {
+  it('an order builds the machine with the ordered OS, hostname and cores', async () => {
+    await seedOrders(stack.db);
+    const res = await stack.http.post('/v1/orders', {
+      token,
+      headers: { 'idempotency-key': randomUUID() },
+      body: { product: 'vps-s', promo_code: 'WELCOME100', options: { os: 'ubuntu-24.04', hostname: 'ordered.example.test', cores: 2 } },
+    });
+    expect(res.status, res.text).toBe(202);
+    const op = await waitForOperation(stack, res.body.id);
+    expect(op).toMatchObject({ status: 'succeeded', result: { service: { family: 'vps', status: 'active' } } });
+    const id = op.result.service.id;
+    const vps = await stack.http.get(`/v1/vps/${id}`, { token });
+    expect(vps.body).toMatchObject({ type: 'qemu', hostname: 'ordered.example.test', state: 'running', cpu: { cores: 2 }, primary_ip: op.result.service.primary_ip });
+    expect(vps.body.memory.total_bytes).toBe(2048 * 1024 ** 2);
+    expect((await simulator(stack).inspect(vps.body.vmid)).template).toBe('local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2');
+    const ips = await stack.http.get(`/v1/vps/${id}/ips`, { token });
+    expect(ips.body.data[0].address).toBe(op.result.service.primary_ip);
   });
 });

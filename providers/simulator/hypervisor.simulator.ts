@@ -140,9 +140,12 @@ export class HypervisorSimulator implements HypervisorProvider {
     if (existing) return this.status(existing.vmid);
     const { nextval } = (await this.db.raw("select nextval('sim_hv_vmid_seq')::int as nextval")).rows[0];
     const vmid = Number(nextval);
-    const node = spec.node ?? SIM_NODES[vmid % SIM_NODES.length];
-    const template = this.templateDefs(spec.type, node).find((t) => t.id === spec.template) ?? this.templateDefs(spec.type, node)[0];
+    const wanted = SIM_TEMPLATES.find((t) => t.type === spec.type && (t.id === spec.template || (spec.os !== undefined && t.id.includes(`/${spec.os}-`))));
+    const node = spec.node ?? wanted?.nodes?.[0] ?? SIM_NODES[vmid % SIM_NODES.length];
+    const template = this.templateDefs(spec.type, node).find((t) => t.id === wanted?.id) ?? this.templateDefs(spec.type, node)[0];
     const now = new Date();
+    // A new machine boots: its guest answers after the boot time.
+    const bootedAt = new Date(now.getTime() + BOOT_MS[spec.type] * this.scale);
     await this.db('sim_hv_machines')
       .insert({
         vmid,
@@ -153,7 +156,7 @@ export class HypervisorSimulator implements HypervisorProvider {
         os_hostname: spec.hostname,
         state: 'running',
         started_at: now,
-        agent_ready_at: now,
+        agent_ready_at: bootedAt,
         cores: spec.cores,
         memory_mb: spec.memoryMb,
         disk_gb: spec.diskGb,
