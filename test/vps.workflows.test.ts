@@ -45,12 +45,13 @@ describe('vps.power', () => {
     expect(res.headers.get('location')).toBe(`/v1/operations/${res.body.id}`);
     // The workflow id is the operation id.
     expect((await stack.temporal!.client.workflow.getHandle(res.body.id).describe()).type).toBe('vpsPowerWorkflow');
-    // Issued, not reached: a stop takes time on the hypervisor.
-    expect(await liveState(vps)).toBe('running');
-
     const stopped = await waitForOperation(stack, res.body.id);
     expect(stopped).toMatchObject({ status: 'succeeded', progress: 100, result: { action: 'stop', state: 'stopped' } });
     expect(await liveState(vps)).toBe('stopped');
+    // Resolved on the reached state, not on the order: it completed after the stop task ended.
+    const task = await stack.db('sim_hv_tasks').where({ request_key: `${res.body.id}:stop` }).first();
+    expect(new Date(task.ends_at).getTime() - new Date(task.starts_at).getTime()).toBeGreaterThan(0);
+    expect(new Date(stopped.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(task.ends_at).getTime());
 
     const started = await waitForOperation(stack, (await power(vps, 'start')).body.id);
     expect(started).toMatchObject({ status: 'succeeded', result: { action: 'start', state: 'running' } });
@@ -239,13 +240,15 @@ describe('vps.backup', () => {
     const res = await stack.http.post(`/v1/vps/${vps.id}/backups`, { token, body: { mode: 'suspend' } });
     expect(res.status).toBe(202);
     expect(res.body.type).toBe('vps.backup');
-    // Queued, not done: nothing in the list yet.
-    expect((await stack.http.get(`/v1/vps/${vps.id}/backups`, { token })).body.data).toHaveLength(0);
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { mode: 'suspend' } });
     const list = (await stack.http.get(`/v1/vps/${vps.id}/backups`, { token })).body.data;
     expect(list.map((b: any) => b.id)).toEqual([op.result.backup_id]);
     expect(list[0]).toMatchObject({ mode: 'suspend', size_bytes: op.result.size_bytes, created_at: op.result.created_at });
+    // Resolved once the backup existed in the list, not when the task was queued.
+    expect(new Date(op.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(list[0].created_at).getTime());
+    const task = await stack.db('sim_hv_tasks').where({ request_key: `${res.body.id}:backup` }).first();
+    expect(new Date(task.ends_at).getTime()).toBeGreaterThan(new Date(task.starts_at).getTime());
     expect(await liveState(vps)).toBe('running');
   });
 
