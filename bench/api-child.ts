@@ -6,6 +6,7 @@
  */
 import type { AddressInfo } from 'node:net';
 import { loadConfig } from '../common/config';
+import { Keyring } from '../common/crypto';
 import { createApi } from '../api/bootstrap';
 
 type Message = { type: 'flush'; id: number } | { type: 'stop' };
@@ -13,7 +14,29 @@ type Message = { type: 'flush'; id: number } | { type: 'stop' };
 async function main() {
   if (!process.send) throw new Error('bench/api-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
   const config = loadConfig();
+  const experiments = new Set((process.env.BENCH_EXPERIMENTS ?? '').split(',').filter(Boolean));
+  if (experiments.has('memo-derive')) {
+    // Experiment: Keyring.derive memoised per instance and purpose (HKDF once, not per cursor).
+    const derive = Keyring.prototype.derive;
+    const memo = new WeakMap<Keyring, Map<string, Buffer>>();
+    Keyring.prototype.derive = function (this: Keyring, purpose: string) {
+      let keys = memo.get(this);
+      if (!keys) memo.set(this, (keys = new Map()));
+      let key = keys.get(purpose);
+      if (!key) keys.set(purpose, (key = derive.call(this, purpose)));
+      return key;
+    };
+  }
   const api = await createApi(config);
+  if (experiments.has('no-als')) {
+    // Experiment: deadlines on Temporal calls by a timer race instead of the client's
+    // AsyncLocalStorage (whose first use turns on promise hooks for the whole process).
+    api.deps.temporal.withDeadline = <T>(ms: number, fn: () => Promise<T>) =>
+      new Promise<T>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('deadline exceeded')), ms);
+        fn().then(resolve, reject).finally(() => clearTimeout(timer));
+      });
+  }
   const server = api.app.listen(0, '127.0.0.1', () => {
     process.send!({ type: 'ready', port: (server.address() as AddressInfo).port, pid: process.pid });
   });

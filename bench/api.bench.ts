@@ -1,6 +1,10 @@
 /**
  * API request-path benchmark: `npx tsx bench/api.bench.ts [--duration=10] [--warmup=3]
- * [--connections=64] [--cpu-prof] [--rounds=1]` (docs/benchmarks.md, "API request path").
+ * [--connections=64] [--rounds=1] [--cpu-prof] [--only=services|operation] [--experiment=a,b]`
+ * (docs/benchmarks.md, "API request path"). `--cpu-prof` writes a V8 profile of the API process
+ * (summarise it with bench/cpu-profile.ts); `--only` skips the other API run, for a profile of one
+ * route; `--experiment` patches the API process to measure a candidate fix (bench/api-child.ts:
+ * `memo-derive`, `no-als`); the default run measures the code as it is.
  *
  * In one run on loopback, with autocannon in this process:
  *  1. bare Express 5 (bench/bare-express.ts, its own process) answering the same 20-service page the
@@ -43,6 +47,8 @@ const WARMUP = Number(arg('warmup', '3'));
 const CONNECTIONS = Number(arg('connections', '64'));
 const ROUNDS = Number(arg('rounds', '1'));
 const CPU_PROF = arg('cpu-prof', 'false') === 'true';
+const ONLY = arg('only', 'all');
+const EXPERIMENTS = arg('experiment', '');
 const SERVICES = 30;
 const HUGE = '1000000000';
 
@@ -146,6 +152,8 @@ interface Run {
   timeouts: number;
   loadBefore: string;
   cores: Record<string, number>;
+  /** CPU time of the measured server process per answered request (ms): robust to the machine's load. */
+  serverCpuMs: number;
   audited?: number;
 }
 
@@ -183,14 +191,17 @@ async function measure(
     timeouts: r.timeouts,
     loadBefore,
     cores,
+    serverCpuMs: 0,
   };
+  const server = url.includes('/v1/') ? cores.api : cores.bare;
+  run.serverCpuMs = Math.round(((server * seconds * 1000) / Math.max(1, r.requests.total)) * 1000) / 1000;
   if (auditCount) {
     await new Promise((r) => setTimeout(r, 500));
     run.audited = (await auditCount()) - auditBefore;
   }
   console.log(
     `  ${name.padEnd(34)} ${String(run.rps).padStart(6)} req/s  p50 ${run.p50} ms  p90 ${run.p90} ms  p99 ${run.p99} ms  max ${run.max} ms  ` +
-      `non-2xx ${run.non2xx}  errors ${run.errors}  load before ${loadBefore}\n    cores: ${JSON.stringify(cores)}`,
+      `server CPU ${run.serverCpuMs} ms/req  non-2xx ${run.non2xx}  errors ${run.errors}  load before ${loadBefore}\n    cores: ${JSON.stringify(cores)}`,
   );
   return run;
 }
@@ -199,7 +210,7 @@ async function main() {
   Runtime.install({ logger: new DefaultLogger('WARN') });
   const started = Date.now();
   console.log(`API bench: ${os.cpus().length} x ${os.cpus()[0]?.model}, Node ${process.version}, load ${load()}`);
-  console.log(`  autocannon ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s per run, ${ROUNDS} round(s)${CPU_PROF ? ', API child with --cpu-prof' : ''}`);
+  console.log(`  autocannon ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s per run, ${ROUNDS} round(s)${CPU_PROF ? ', API child with --cpu-prof' : ''}${EXPERIMENTS ? `, experiments: ${EXPERIMENTS}` : ''}`);
 
   // Fresh database and Temporal dev server (the CLI of scripts/ensure-tools.sh), with the search attributes.
   const database = await createTestDatabase();
@@ -266,7 +277,7 @@ async function main() {
   // The two servers.
   const profileDir = path.join(os.tmpdir(), `cloud-bench-prof-${Date.now()}`);
   if (CPU_PROF) mkdirSync(profileDir, { recursive: true });
-  const api = await startChild('api-child.ts', env, CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []);
+  const api = await startChild('api-child.ts', { ...env, BENCH_EXPERIMENTS: EXPERIMENTS }, CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []);
   const bare = await startChild('bare-express.ts', {});
   const apiUrl = `http://127.0.0.1:${api.port}`;
   const bareUrl = `http://127.0.0.1:${bare.port}`;
@@ -306,17 +317,21 @@ async function main() {
     runs.push(await measure('bare Express, 20-item list', `${bareUrl}/list`, {}, groups));
 
     const listKey = await newKey();
-    const list = await measure('API GET /v1/services?limit=20', `${apiUrl}/v1/services?limit=20`, auth(listKey.token), groups, async () => {
-      // Our backends, read again after the warm-up: the pool opens connections as it needs them.
-      pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
-      return auditedRows(listKey.id);
-    });
-    runs.push(list);
+    if (ONLY === 'all' || ONLY === 'services') {
+      const list = await measure('API GET /v1/services?limit=20', `${apiUrl}/v1/services?limit=20`, auth(listKey.token), groups, async () => {
+        // Our backends, read again after the warm-up: the pool opens connections as it needs them.
+        pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
+        return auditedRows(listKey.id);
+      });
+      runs.push(list);
+    }
 
     const opRunKey = await newKey();
-    runs.push(
-      await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id)),
-    );
+    if (ONLY === 'all' || ONLY === 'operation') {
+      runs.push(
+        await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id)),
+      );
+    }
 
     runs.push(await measure('bare Express, 20-item list (again)', `${bareUrl}/list`, {}, groups));
     runs.push(await measure('bare Express, one operation', `${bareUrl}/operation`, {}, groups));
@@ -334,13 +349,29 @@ async function main() {
   const bareRuns = runs.filter((r) => r.url.endsWith('/list'));
   const baseline = bareRuns.reduce((s, r) => s + r.rps, 0) / bareRuns.length;
   console.log(`\nbaseline (mean of ${bareRuns.length} bare list runs): ${Math.round(baseline)} req/s`);
-  console.log('\n| Run | req/s | % of bare | p50 ms | p99 ms | max ms | non-2xx | received / audited |');
-  console.log('|---|---:|---:|---:|---:|---:|---:|---|');
+  console.log('\n| Run | req/s | % of bare | p50 ms | p99 ms | max ms | server CPU ms/req | others (cores) | non-2xx | received / audited |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of runs) {
     const audit = r.audited === undefined ? '—' : `${r.received} / ${r.audited}`;
     console.log(
-      `| ${r.name} | ${r.rps} | ${Math.round((r.rps / baseline) * 100)} % | ${r.p50} | ${r.p99} | ${r.max} | ${r.non2xx + r.errors + r.timeouts} | ${audit} |`,
+      `| ${r.name} | ${r.rps} | ${Math.round((r.rps / baseline) * 100)} % | ${r.p50} | ${r.p99} | ${r.max} | ${r.serverCpuMs} | ${r.cores.others} | ${r.non2xx + r.errors + r.timeouts} | ${audit} |`,
     );
+  }
+  if (ROUNDS > 1) {
+    // Medians per run name over the rounds (the figures docs/benchmarks.md reports).
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    console.log(`\nmedians over ${ROUNDS} rounds (% of the median bare list run):`);
+    const bareMedian = median(bareRuns.map((r) => r.rps));
+    console.log('| Run | req/s | % of bare | p50 ms | p99 ms | server CPU ms/req | others (cores) |');
+    console.log('|---|---:|---:|---:|---:|---:|---:|');
+    for (const name of [...new Set(runs.map((r) => r.name))]) {
+      const rs = runs.filter((r) => r.name === name || (name.startsWith('bare Express, 20') && r.name.startsWith('bare Express, 20')));
+      if (name.endsWith('(again)')) continue;
+      const rps = median(rs.map((r) => r.rps));
+      console.log(
+        `| ${name} | ${rps} | ${Math.round((rps / bareMedian) * 100)} % | ${median(rs.map((r) => r.p50))} | ${median(rs.map((r) => r.p99))} | ${median(rs.map((r) => r.serverCpuMs))} | ${median(rs.map((r) => r.cores.others))} |`,
+      );
+    }
   }
   let ok = true;
   for (const r of runs.filter((x) => x.audited !== undefined)) {
