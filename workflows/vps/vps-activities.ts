@@ -12,6 +12,12 @@ const retry: RetryPolicy = { initialInterval: '1 second', backoffCoefficient: 2,
 /** Single calls to the hypervisor or the database. */
 export const calls = proxyActivities<VpsActivities>({ startToCloseTimeout: '1 minute', retry });
 
+/** Bookkeeping in the control plane's own database that must happen: retried until it does. */
+export const bookkeeping = proxyActivities<VpsActivities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', maximumInterval: '30 seconds' },
+});
+
 /** Waits that poll the hypervisor; the heartbeat hands a dead worker's wait to another worker. */
 export const waits = proxyActivities<VpsActivities>({
   startToCloseTimeout: '15 minutes',

@@ -1,5 +1,5 @@
 import { OperationTracker, type OperationError, type OperationInput } from '../common/operation';
-import { calls, powerTo, StepFailed, upstreamError, waits } from './vps-activities';
+import { bookkeeping, calls, powerTo, StepFailed, upstreamError, waits } from './vps-activities';
 
 export interface VpsReinstallInput extends OperationInput {
   serviceId: number;
@@ -53,7 +53,7 @@ export async function vpsReinstallWorkflow(input: VpsReinstallInput): Promise<vo
     outcome = { ok: false, error: upstreamError(err, stage) };
   }
 
-  await calls.vpsEndReinstall({ operationId: input.operationId, serviceId: input.serviceId });
+  await bookkeeping.vpsEndReinstall({ operationId: input.operationId, serviceId: input.serviceId });
   if (outcome.ok) await op.succeed(outcome.result);
   else await op.fail(outcome.error, { stage, template: input.template });
 }
