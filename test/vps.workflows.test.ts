@@ -1,5 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Worker } from '@temporalio/worker';
+import { temporal } from '@temporalio/proto';
+import { workflowBundle } from './helpers/temporal';
 import { startStack, type Stack } from './helpers/stack';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
 import { createVps, failNextTask, historyText, recordedProgress, setVpsBackend, simulator, waitForOperation, type TestVps } from './vps.support';
@@ -11,6 +16,10 @@ import { createVps, failNextTask, historyText, recordedProgress, setVpsBackend, 
  */
 let stack: Stack;
 let token: string;
+
+/** Operations whose histories the replay tests at the end check against the current workflow code. */
+const recorded: Record<string, string> = {};
+const FIXTURES = path.join(__dirname, 'fixtures/vps-histories');
 
 const QEMU_DEBIAN = 'local:import/debian-12-genericcloud-amd64.qcow2';
 const QEMU_UBUNTU = 'local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2';
@@ -64,6 +73,7 @@ describe('vps.power', () => {
     const res = await power(vps, 'reboot');
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { action: 'reboot', state: 'running' } });
+    recorded['power-reboot'] = op.id;
     const tasks = await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at');
     expect(tasks.map((t) => [t.kind, t.status])).toEqual([
       ['stop', 'ok'],
@@ -81,6 +91,7 @@ describe('vps.power', () => {
     await failNextTask(stack, vps);
     const op = await waitForOperation(stack, (await power(vps, 'stop')).body.id);
     expect(op).toMatchObject({ status: 'failed', error: { code: 'upstream_error', step: 'stop' } });
+    recorded['power-task-failed'] = op.id;
     expect(op.error.message).toContain('disk controller timeout');
     expect(await liveState(vps)).toBe('running');
     expect(await completedEvents(op.id)).toHaveLength(1);
@@ -144,6 +155,7 @@ describe('vps.reinstall', () => {
 
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', progress: 100, result: { stage: 'done', template: QEMU_UBUNTU, ipv4: before.primary_ip } });
+    recorded['reinstall'] = op.id;
     const after = (await stack.http.get(`/v1/vps/${vps.id}`, { token })).body;
     expect(after).toMatchObject({ reinstalling: false, state: 'running', primary_ip: before.primary_ip });
     const ips = (await stack.http.get(`/v1/vps/${vps.id}/ips`, { token })).body.data.map((ip: any) => ip.address);
@@ -214,6 +226,7 @@ describe('vps.reinstall', () => {
     expect(res.status).toBe(202);
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'failed', error: { code: 'upstream_error', step: 'provision' }, result: { stage: 'provision' } });
+    recorded['reinstall-provision-failed'] = op.id;
     const after = (await stack.http.get(`/v1/vps/${vps.id}`, { token })).body;
     expect(after.reinstalling).toBe(false);
     expect(await stack.db('vps_reinstall_secrets').where({ operation_id: res.body.id })).toHaveLength(0);
@@ -242,6 +255,7 @@ describe('vps.backup', () => {
     expect(res.body.type).toBe('vps.backup');
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { mode: 'suspend' } });
+    recorded['backup'] = op.id;
     const list = (await stack.http.get(`/v1/vps/${vps.id}/backups`, { token })).body.data;
     expect(list.map((b: any) => b.id)).toEqual([op.result.backup_id]);
     expect(list[0]).toMatchObject({ mode: 'suspend', size_bytes: op.result.size_bytes, created_at: op.result.created_at });
@@ -257,6 +271,7 @@ describe('vps.backup', () => {
     await failNextTask(stack, vps, 'backup');
     const op = await waitForOperation(stack, (await stack.http.post(`/v1/vps/${vps.id}/backups`, { token, body: {} })).body.id);
     expect(op).toMatchObject({ status: 'failed', error: { code: 'upstream_error', step: 'backup' } });
+    recorded['backup-task-failed'] = op.id;
     expect(op.result.backup_id).toMatch(/^local:backup\/vzdump-qemu-/);
     expect((await stack.http.get(`/v1/vps/${vps.id}/backups`, { token })).body.data).toHaveLength(0);
   });
@@ -289,6 +304,7 @@ describe('vps.restore', () => {
     expect(res.body).toMatchObject({ type: 'vps.restore', resource: { object: 'vps', id: vps.id } });
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { backup_id: backupId, state: 'stopped' } });
+    recorded['restore'] = op.id;
     const machine = await simulator(stack).inspect(vps.vmid);
     expect(machine.disk_content).toBe(contentAtBackup);
     expect(machine.template).toBe(QEMU_DEBIAN);
@@ -306,6 +322,7 @@ describe('vps.restore', () => {
     await failNextTask(stack, vps, 'restore');
     const op = await waitForOperation(stack, (await stack.http.post(`/v1/vps/${vps.id}/backups/${encodeURIComponent(backupId)}/restore`, { token })).body.id);
     expect(op).toMatchObject({ status: 'failed', error: { code: 'upstream_error', step: 'restore' } });
+    recorded['restore-task-failed'] = op.id;
     expect((await simulator(stack).inspect(vps.vmid)).disk_content).toBe('changed after the backup');
     expect(await liveState(vps)).toBe('stopped');
   });
@@ -332,5 +349,65 @@ describe('visibility of VPS operations', () => {
     const key = await createApiKey(stack.db, accountId, stranger.userId, { scopes: ['operations:read', 'vps:read', 'vps:power'] });
     expect((await stack.http.get(`/v1/operations/${res.body.id}`, { token: key.token })).status).toBe(404);
     expect((await stack.http.post(`/v1/vps/${vps.id}/power`, { token: key.token, body: { action: 'start' } })).status).toBe(404);
+  });
+});
+
+/**
+ * The histories of this run replay against the current workflow code, and so do the checked-in ones
+ * under test/fixtures/vps-histories/ (recorded from an earlier version: a change that breaks them
+ * must go behind `patched()`; re-record with RECORD_VPS_HISTORIES=1 only when old runs may break).
+ * Fixtures carry the history as base64 protobuf, as the orders fixtures do.
+ */
+describe('replay of the VPS workflows', () => {
+  const EXPECTED = [
+    'backup',
+    'backup-task-failed',
+    'power-reboot',
+    'power-task-failed',
+    'reinstall',
+    'reinstall-provision-failed',
+    'restore',
+    'restore-task-failed',
+  ];
+
+  it('replays the histories of this run deterministically', async () => {
+    expect(Object.keys(recorded).sort()).toEqual(EXPECTED);
+    for (const [name, workflowId] of Object.entries(recorded)) {
+      const history = await stack.temporal!.client.workflow.getHandle(workflowId).fetchHistory();
+      await expect(Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, workflowId), name).resolves.toBeUndefined();
+      if (process.env.RECORD_VPS_HISTORIES === '1') {
+        mkdirSync(FIXTURES, { recursive: true });
+        const workflowType = (await stack.temporal!.client.workflow.getHandle(workflowId).describe()).type;
+        const fixture = {
+          name,
+          workflow_type: workflowType,
+          events: history.events?.length,
+          history_protobuf_base64: Buffer.from(temporal.api.history.v1.History.encode(history).finish()).toString('base64'),
+        };
+        writeFileSync(path.join(FIXTURES, `${name}.json`), `${JSON.stringify(fixture, null, 1)}\n`);
+      }
+    }
+  });
+
+  it('replays the checked-in histories deterministically', async () => {
+    const files = existsSync(FIXTURES) ? readdirSync(FIXTURES).filter((f) => f.endsWith('.json')) : [];
+    expect(files.sort()).toEqual(EXPECTED.map((name) => `${name}.json`).sort());
+    for (const file of files) {
+      const fixture = JSON.parse(readFileSync(path.join(FIXTURES, file), 'utf8'));
+      const history = temporal.api.history.v1.History.decode(Buffer.from(fixture.history_protobuf_base64, 'base64'));
+      expect(history.events.length, file).toBe(fixture.events);
+      await expect(Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, `fixture-${file}`), file).resolves.toBeUndefined();
+    }
+  });
+
+  it('detects a history the code cannot reproduce (the check is real)', async () => {
+    const history = await stack.temporal!.client.workflow.getHandle(recorded.reinstall).fetchHistory();
+    const { History } = temporal.api.history.v1;
+    const tampered = History.decode(History.encode(history).finish());
+    const scheduled = tampered.events
+      .map((e) => e.activityTaskScheduledEventAttributes)
+      .find((a) => a?.activityType?.name === 'vpsBeginReinstall')!;
+    scheduled.activityType!.name = 'vpsWipeEverything';
+    await expect(Worker.runReplayHistory({ workflowBundle: workflowBundle() }, tampered, recorded.reinstall)).rejects.toThrow(/nondetermin/i);
   });
 });
