@@ -290,7 +290,7 @@ async function main() {
   if (listBody.data?.length !== 20 || !listBody.has_more) throw new Error(`unexpected list: ${JSON.stringify(listBody).slice(0, 200)}`);
   if (opBody.status !== 'running' || opBody.stale) throw new Error(`operation not running: ${JSON.stringify(opBody)}`);
   await request(bare.child, { type: 'bodies', list: listBody, operation: opBody }, 'bodies-set');
-  console.log(`  list body ${JSON.stringify(listBody).length} bytes, operation body ${JSON.stringify(opBody).length} bytes`);
+  console.log(`  list body ${JSON.stringify(listBody).length} bytes, operation body ${JSON.stringify(opBody).length} bytes; Temporal ${temporal.address}, task queue ${taskQueue}`);
 
   const ourPgBackends = async () =>
     (await database.db.raw('select pid from pg_stat_activity where datname = current_database()')).rows.map((r: { pid: number }) => r.pid);
