@@ -216,6 +216,10 @@ function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: 
 function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof BackendUnavailableError) return backendUnavailable(err.family);
+  // The router could not percent-decode a path parameter (e.g. a backup id encoded by hand).
+  if (err instanceof URIError && (err as { status?: number }).status === 400) {
+    return validationFailed([{ param: 'path', message: 'a path segment is not valid percent-encoding; encode each parameter with encodeURIComponent' }]);
+  }
   const bodyErr = err as { type?: string; status?: number };
   switch (bodyErr?.type) {
     case 'entity.too.large':

@@ -447,6 +447,10 @@ describe('backups', () => {
       expect(res.status, bad).toBe(400);
       expect(res.body.error).toMatchObject({ code: 'validation_failed', param: 'backup_id' });
     }
+    // Broken percent-encoding is bad input, not a server error.
+    const broken = await stack.http.delete(`/v1/vps/${qemu.id}/backups/local%3Abackup%2Fvzdump%E0%A4%A`, { token });
+    expect(broken.status, broken.text).toBe(400);
+    expect(broken.body.error).toMatchObject({ code: 'validation_failed', param: 'path' });
     // An unencoded id has more path segments and matches no route.
     const raw = await stack.http.delete(`/v1/vps/${qemu.id}/backups/${owned}`, { token });
     expect(raw.status).toBe(404);
