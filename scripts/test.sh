@@ -6,4 +6,14 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-tools.sh
 echo "== typecheck"; node_modules/.bin/tsc -p .
 echo "== lint"; node_modules/.bin/eslint . --max-warnings=0
-echo "== tests"; node_modules/.bin/vitest run
+echo "== tests"
+mkdir -p .data
+report=.data/vitest-report.json
+rm -f "$report"
+status=0
+node_modules/.bin/vitest run --reporter=default --reporter=json --outputFile.json="$report" "$@" || status=$?
+# One plain closing line for CI: "N passed, N failed".
+if [ -f "$report" ]; then
+  node -e 'const r=require(process.argv[1]); console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : ""))' "$PWD/$report"
+fi
+exit "$status"
