@@ -158,4 +158,4 @@ export const SessionSchema = z
 /** A path parameter carrying a resource id (with or without its prefix). */
 export const idParam = (example: string) => z.string().min(1).max(200).meta({ example });
 
-export const iso = (d: Date | string | null | undefined): string | null => (d ? new Date(d).toISOString() : null);
+export { iso } from '../common/time';

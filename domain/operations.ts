@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { newUlidId, formatId } from '../common/ids';
+import { iso } from '../common/time';
 import { ApiError, backendUnavailable, notFound } from '../api/errors';
 import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
@@ -35,7 +36,6 @@ type OperationRow = Pick<
 
 export const TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'failed']);
 
-const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
 
 export function presentOperation(row: OperationRow, live?: OperationState, stale = false): OperationView {
   const state = live ?? row;

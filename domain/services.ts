@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { formatId, parseNumericId } from '../common/ids';
 import { notFound, unsupportedForProduct } from '../api/errors';
-import { iso } from '../api/schemas';
+import { dateOnly, iso } from '../common/time';
 import { ServiceModel } from '../db/models';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
@@ -13,16 +13,6 @@ export type ServiceRow = Pick<
 
 /** Families of the Service resource; products without a dedicated v1 resource are `other`. */
 export const SERVICE_FAMILIES = ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other'] as const;
-
-function dateOnly(value: string | Date | null): string | null {
-  if (value === null) return null;
-  if (typeof value === 'string') return value.slice(0, 10);
-  // DATE columns come back as local-midnight Dates; format them in local time to keep the day.
-  const y = value.getFullYear();
-  const m = String(value.getMonth() + 1).padStart(2, '0');
-  const d = String(value.getDate()).padStart(2, '0');
-  return `${y}-${m}-${d}`;
-}
 
 export function presentService(row: ServiceRow) {
   return {

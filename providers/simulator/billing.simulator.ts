@@ -16,23 +16,13 @@ import {
   type ServiceBillingView,
 } from '../billing.provider';
 import { simulatedDelay, type BackendSwitchboard } from './switchboard';
+import { dateOnly, iso } from '../../common/time';
 
 /** Where the simulated control panel would take a payment (locally: POST /_dev/invoices/{id}/pay). */
 export const SIMULATED_PANEL_URL = 'https://panel.cloud.example.test';
 
 const cents = (amount: number | string) => Math.round(Number(amount) * 100);
 const money = (c: number) => Math.round(c) / 100;
-const iso = (d: Date | string | null | undefined) => (d ? new Date(d).toISOString() : null);
-
-/** A DATE value as `YYYY-MM-DD` (DATE columns come back as local-midnight Dates). */
-function dateOnly(value: Date | string | null): string | null {
-  if (value === null) return null;
-  if (typeof value === 'string') return value.slice(0, 10);
-  const y = value.getFullYear();
-  const m = String(value.getMonth() + 1).padStart(2, '0');
-  const d = String(value.getDate()).padStart(2, '0');
-  return `${y}-${m}-${d}`;
-}
 
 /** `from` plus whole months, in UTC, clamped to the month's last day (Jan 31 + 1 month = Feb 28/29). */
 export function addMonths(from: Date, months: number): string {

@@ -1,0 +1,12 @@
+/** A timestamp as ISO 8601, or null. */
+export const iso = (d: Date | string | null | undefined): string | null => (d ? new Date(d).toISOString() : null);
+
+/** A DATE value as `YYYY-MM-DD`. DATE columns come back as local-midnight Dates: format them in local time to keep the day. */
+export function dateOnly(value: Date | string | null): string | null {
+  if (value === null) return null;
+  if (typeof value === 'string') return value.slice(0, 10);
+  const y = value.getFullYear();
+  const m = String(value.getMonth() + 1).padStart(2, '0');
+  const d = String(value.getDate()).padStart(2, '0');
+  return `${y}-${m}-${d}`;
+}
