@@ -44,6 +44,8 @@ export async function verifyPassword(password: string, stored: string): Promise<
  */
 export class Keyring {
   private readonly master: Buffer;
+  /** HKDF per purpose, once: the derived keys never change and signing runs on every list request. */
+  private readonly derived = new Map<string, Buffer>();
   constructor(master: Buffer) {
     if (master.length < 32) throw new Error('master key must be at least 32 bytes');
     this.master = master;
@@ -55,7 +57,12 @@ export class Keyring {
   }
 
   derive(purpose: string): Buffer {
-    return Buffer.from(hkdfSync('sha256', this.master, Buffer.alloc(0), `cloud:${purpose}`, 32));
+    let key = this.derived.get(purpose);
+    if (!key) {
+      key = Buffer.from(hkdfSync('sha256', this.master, Buffer.alloc(0), `cloud:${purpose}`, 32));
+      this.derived.set(purpose, key);
+    }
+    return key;
   }
 
   sign(purpose: string, data: string): Buffer {
