@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { formatId } from '../../common/ids';
 import { requireCapability } from '../../domain/services';
-import { whereVisibleService } from '../../domain/principal';
+import { whereVisibleService, type Principal } from '../../domain/principal';
 import { attachVpsMachine, findVisibleVps, presentVps, requireMachine, type VpsServerRow, type VpsTarget } from '../../domain/vps';
 import { ROOT_PASSWORD_PURPOSE } from '../../activities/vps.activities';
 import {
@@ -209,6 +209,38 @@ async function findOwnBackup(deps: AppDeps, server: VpsServerRow, backupId: stri
 
 const resourceOf = (target: VpsTarget) => ({ object: 'vps', id: formatId('svc', target.service.id) });
 const accepted = (op: { id: string }) => ({ status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: op });
+
+/**
+ * The VPS a power, backup or restore action acts on: visible, capable of `capability`, backed by a
+ * machine, and not being reinstalled (409 names `what`).
+ */
+async function actionTarget(deps: AppDeps, principal: Principal, id: string, capability: string, what: string) {
+  const target = await findVisibleVps(deps.db, principal, id);
+  requireCapability(target.service, capability);
+  const server = requireMachine(target);
+  refuseWhileReinstalling(server, what);
+  return { target, server };
+}
+
+/** Starts one of those actions' operations; the reinstall lock is checked again in its transaction. */
+async function startVpsAction(
+  deps: AppDeps,
+  principal: Principal,
+  { target, server }: { target: VpsTarget; server: VpsServerRow },
+  action: { type: string; workflowType: string; what: string; input: Record<string, unknown> },
+) {
+  const op = await deps.operations.start({
+    principal,
+    type: action.type,
+    workflowType: action.workflowType,
+    input: action.input,
+    resource: resourceOf(target),
+    serviceId: server.service_id,
+    initialStatus: 'running',
+    inTransaction: (trx) => lockNotReinstalling(trx, server.service_id, action.what),
+  });
+  return accepted(op);
+}
 
 export const vpsRoutes = [
   defineRoute({
@@ -446,22 +478,9 @@ export const vpsRoutes = [
     exampleBody: { action: 'reboot' },
     responses: [{ status: 202, description: 'The `vps.power` operation', schema: OperationSchema }],
     async handler({ params, body, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'power');
-      const server = requireMachine(target);
-      refuseWhileReinstalling(server, 'a power action');
-      const input: Omit<VpsPowerInput, 'operationId'> = { serviceId: server.service_id, vmid: server.vmid, action: body.action };
-      const op = await deps.operations.start({
-        principal,
-        type: 'vps.power',
-        workflowType: 'vpsPowerWorkflow',
-        input: { ...input },
-        resource: resourceOf(target),
-        serviceId: server.service_id,
-        initialStatus: 'running',
-        inTransaction: (trx) => lockNotReinstalling(trx, server.service_id, 'a power action'),
-      });
-      return accepted(op);
+      const action = await actionTarget(deps, principal, params.id, 'power', 'a power action');
+      const input: Omit<VpsPowerInput, 'operationId'> = { serviceId: action.server.service_id, vmid: action.server.vmid, action: body.action };
+      return startVpsAction(deps, principal, action, { type: 'vps.power', workflowType: 'vpsPowerWorkflow', what: 'a power action', input: { ...input } });
     },
   }),
   defineRoute({
@@ -551,22 +570,13 @@ export const vpsRoutes = [
     exampleBody: { mode: 'snapshot' },
     responses: [{ status: 202, description: 'The `vps.backup` operation', schema: OperationSchema }],
     async handler({ params, body, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'backups');
-      const server = requireMachine(target);
-      refuseWhileReinstalling(server, 'a backup');
-      const input: Omit<VpsBackupInput, 'operationId'> = { serviceId: server.service_id, vmid: server.vmid, mode: body.mode as VpsBackupInput['mode'] };
-      const op = await deps.operations.start({
-        principal,
-        type: 'vps.backup',
-        workflowType: 'vpsBackupWorkflow',
-        input: { ...input },
-        resource: resourceOf(target),
-        serviceId: server.service_id,
-        initialStatus: 'running',
-        inTransaction: (trx) => lockNotReinstalling(trx, server.service_id, 'a backup'),
-      });
-      return accepted(op);
+      const action = await actionTarget(deps, principal, params.id, 'backups', 'a backup');
+      const input: Omit<VpsBackupInput, 'operationId'> = {
+        serviceId: action.server.service_id,
+        vmid: action.server.vmid,
+        mode: body.mode as VpsBackupInput['mode'],
+      };
+      return startVpsAction(deps, principal, action, { type: 'vps.backup', workflowType: 'vpsBackupWorkflow', what: 'a backup', input: { ...input } });
     },
   }),
   defineRoute({
@@ -604,23 +614,10 @@ export const vpsRoutes = [
     params: backupParams,
     responses: [{ status: 202, description: 'The `vps.restore` operation', schema: OperationSchema }],
     async handler({ params, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'restore');
-      const server = requireMachine(target);
-      const backup = await findOwnBackup(deps, server, params.backup_id);
-      refuseWhileReinstalling(server, 'a restore');
-      const input: Omit<VpsRestoreInput, 'operationId'> = { serviceId: server.service_id, vmid: server.vmid, backupId: backup.volid };
-      const op = await deps.operations.start({
-        principal,
-        type: 'vps.restore',
-        workflowType: 'vpsRestoreWorkflow',
-        input: { ...input },
-        resource: resourceOf(target),
-        serviceId: server.service_id,
-        initialStatus: 'running',
-        inTransaction: (trx) => lockNotReinstalling(trx, server.service_id, 'a restore'),
-      });
-      return accepted(op);
+      const action = await actionTarget(deps, principal, params.id, 'restore', 'a restore');
+      const backup = await findOwnBackup(deps, action.server, params.backup_id);
+      const input: Omit<VpsRestoreInput, 'operationId'> = { serviceId: action.server.service_id, vmid: action.server.vmid, backupId: backup.volid };
+      return startVpsAction(deps, principal, action, { type: 'vps.restore', workflowType: 'vpsRestoreWorkflow', what: 'a restore', input: { ...input } });
     },
   }),
 ];
