@@ -70,6 +70,8 @@ export const configSchema = z
     /** Upper bound for live reads from a backend on single-resource GETs; past it live fields are null. */
     BACKEND_LIVE_TIMEOUT: duration('2s'),
     SIM_DELAY_SCALE: z.coerce.number().min(0).default(1),
+    /** How often the simulated billing system carries out due cancellation requests. */
+    SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,
     RATE_LIMIT_DEFAULT_PER_KEY: positiveInt(600),
     RATE_LIMIT_DEFAULT_PER_ACCOUNT: positiveInt(1200),

@@ -180,6 +180,12 @@ export interface BillingProvider {
   /** Voids an unpaid order and its invoice at once, or records a cancellation request per service. */
   cancelOrder(accountId: number, orderId: number, request: { type: CancellationType; reason: string | null }): Promise<CancelOutcome | null>;
 
+  /**
+   * Carries out the cancellation requests due by `today` (YYYY-MM-DD): each such service is
+   * terminated (and `service.terminated` emitted). Returns the ids it terminated.
+   */
+  executeDueCancellations(today: string): Promise<number[]>;
+
   /** Creates the order's services (`pending`, once; a repeated call returns the same ids). */
   createServicesForOrder(orderId: number): Promise<number[]>;
   /** Service ids an order created. */

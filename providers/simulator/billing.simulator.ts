@@ -17,6 +17,7 @@ import {
 } from '../billing.provider';
 import { simulatedDelay, type BackendSwitchboard } from './switchboard';
 import { dateOnly, iso } from '../../common/time';
+import { moveServiceStatus } from '../../domain/services';
 
 /** Where the simulated control panel would take a payment (locally: POST /_dev/invoices/{id}/pay). */
 export const SIMULATED_PANEL_URL = 'https://panel.cloud.example.test';
@@ -349,6 +350,21 @@ export class BillingSimulator implements BillingProvider {
           });
       }
       return { kind: 'requested' as const, order: updated };
+    });
+  }
+
+  async executeDueCancellations(today: string): Promise<number[]> {
+    await this.call();
+    return this.db.transaction(async (trx) => {
+      const due: Array<{ id: number }> = await trx('service_billing')
+        .join('services', 'services.id', 'service_billing.service_id')
+        .where('service_billing.cancellation_effective_date', '<=', today)
+        .whereNotIn('services.status', ['terminated', 'cancelled'])
+        .forUpdate()
+        .skipLocked()
+        .select('services.id');
+      for (const { id } of due) await moveServiceStatus(this.db, id, 'terminated', trx);
+      return due.map((r) => Number(r.id));
     });
   }
 
