@@ -243,7 +243,7 @@ function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
     if (done) return;
     done = true;
     const l = locals(res);
-    deps.audit.record({
+    const entry = {
       request_id: l.requestId,
       account_id: l.principal?.accountId ?? null,
       method: req.method,
@@ -257,7 +257,10 @@ function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
       via: channel(req),
       duration_ms: Number((process.hrtime.bigint() - l.startedAt) / 1_000_000n),
       created_at: new Date(),
-    });
+    };
+    deps.audit.record(entry);
+    // The same fields as the audit entry (no bodies, headers or query strings), for operators at debug level.
+    deps.logger.debug(entry, 'request');
   };
   res.once('finish', record);
   res.once('close', record);

@@ -21,8 +21,10 @@ export const REDACTED_FIELDS = [
   'headers.authorization',
 ];
 
-export function createLogger(level: string = process.env.LOG_LEVEL ?? 'info', name = 'cloud') {
-  return pino({ name, level, redact: { paths: REDACTED_FIELDS, censor: '[redacted]' } });
+/** `destination` defaults to standard output; tests pass a stream to read what was logged. */
+export function createLogger(level: string = process.env.LOG_LEVEL ?? 'info', name = 'cloud', destination?: pino.DestinationStream) {
+  const options = { name, level, redact: { paths: REDACTED_FIELDS, censor: '[redacted]' } };
+  return destination ? pino(options, destination) : pino(options);
 }
 
 export type Logger = ReturnType<typeof createLogger>;

@@ -21,6 +21,8 @@ export interface StackOptions {
   worker?: boolean;
   /** Environment overrides (short durations are the default here). */
   env?: Record<string, string>;
+  /** Collect every log line of the API and the worker here (at LOG_LEVEL, `trace` to see all). */
+  logLines?: string[];
 }
 
 export interface Stack {
@@ -69,7 +71,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
-  const logger = createLogger(config.LOG_LEVEL, 'test');
+  const logLines = options.logLines;
+  const logger = createLogger(
+    config.LOG_LEVEL,
+    'test',
+    logLines ? { write: (line: string) => void logLines.push(line) } : undefined,
+  );
   const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger });
   const server: Server = await new Promise((resolve) => {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
