@@ -45,6 +45,26 @@ export function zodToApiError(error: z.ZodError, prefix?: string): ApiError {
   return validationFailed(errors);
 }
 
+/**
+ * The dotted path of the first string (or object key) in a request part that holds U+0000, which
+ * PostgreSQL cannot store in text or jsonb: refused here as `validation_failed` instead of failing in SQL.
+ */
+function nulPath(value: unknown, path: string[] = []): string[] | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+  if (value === null || typeof value !== 'object') return null;
+  for (const [key, item] of Object.entries(value)) {
+    if (key.includes('\u0000')) return [...path, key];
+    const found = nulPath(item, [...path, key]);
+    if (found) return found;
+  }
+  return null;
+}
+
+function rejectNul(value: unknown) {
+  const path = nulPath(value);
+  if (path) throw validationFailed([{ param: path.join('.') || 'body', message: 'must not contain the NUL character (U+0000)' }]);
+}
+
 function parsePart<T extends z.ZodType | undefined>(schema: T, value: unknown, prefix?: string) {
   if (!schema) return undefined;
   const parsed = schema.safeParse(value);
@@ -161,6 +181,9 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
   }
   if (principal && route.scope && !principal.scopes.has(route.scope)) throw insufficientScope(route.scope);
 
+  rejectNul(req.params);
+  rejectNul(req.query);
+  if (route.body) rejectNul(req.body);
   const params = parsePart(route.params, req.params);
   const query = parsePart(route.query, req.query);
   const body = route.body ? parsePart(route.body, req.body ?? {}) : undefined;

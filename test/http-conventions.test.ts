@@ -54,6 +54,24 @@ describe('request ids and errors', () => {
     expect(res.body.error.errors.map((e: { param: string }) => e.param).sort()).toEqual(['name', 'scopes.1']);
   });
 
+  it('refuses a NUL character in a query, path or body string with 400 validation_failed, never 500', async () => {
+    const query = await stack.http.get('/v1/operations?type=vps.power%00x', { token: stack.owner.key });
+    expect(query.status).toBe(400);
+    expect(query.body.error).toMatchObject({ type: 'invalid_request_error', code: 'validation_failed', param: 'type' });
+    const filter = await stack.http.get('/v1/audit-logs?credential_id=%00', { token: stack.owner.key });
+    expect(filter.body.error).toMatchObject({ code: 'validation_failed', param: 'credential_id' });
+    const path = await stack.http.get('/v1/services/svc_%00', { token: stack.owner.key });
+    expect(path.body.error).toMatchObject({ code: 'validation_failed', param: 'id' });
+    const signIn = await stack.http.post('/v1/sessions', { body: { email: 'owner\u0000@example.test', password: 'x' } });
+    expect(signIn.status).toBe(400);
+    expect(signIn.body.error).toMatchObject({ code: 'validation_failed', param: 'email' });
+    const nested = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'nul', scopes: ['services:read', 'a\u0000'] } });
+    expect(nested.body.error).toMatchObject({ code: 'validation_failed', param: 'scopes.1' });
+    const key = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'nul\u0000', scopes: ['services:read'] } });
+    expect(key.status).toBe(400);
+    expect(key.body.error).toMatchObject({ code: 'validation_failed', param: 'name' });
+  });
+
   it('accepts ids with or without their prefix', async () => {
     const svc = await createService(stack.db, stack.owner.accountId);
     const a = await stack.http.get(`/v1/services/${svc.id}`, { token: stack.owner.key });
