@@ -155,6 +155,21 @@ export const SessionSchema = z
   })
   .meta({ id: 'Session' });
 
+const EARLIEST = Date.parse('0001-01-01T00:00:00Z');
+const LATEST = Date.parse('9999-12-31T23:59:59.999Z');
+
+/**
+ * An ISO 8601 date-time with offset, for request fields and filters. It reaches SQL as a UTC ISO
+ * string within the years 0001 to 9999 (UTC): PostgreSQL refuses offsets past ±15:59 and year 0.
+ */
+export const isoDateTime = () =>
+  z.iso
+    .datetime({ offset: true })
+    .refine((value) => Date.parse(value) >= EARLIEST && Date.parse(value) <= LATEST, {
+      message: 'must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z',
+    })
+    .transform((value) => new Date(value).toISOString());
+
 /** A path parameter carrying a resource id (with or without its prefix). */
 export const idParam = (example: string) => z.string().min(1).max(200).meta({ example });
 

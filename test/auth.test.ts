@@ -156,6 +156,12 @@ describe('API keys', () => {
     expect(empty.body.error.param).toBe('name');
     const past = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], expires_at: '2001-01-01T00:00:00Z' } });
     expect(past.body.error).toMatchObject({ code: 'validation_failed', param: 'expires_at' });
+    const farOffset = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], expires_at: '2999-12-31T23:59:59-23:59' } });
+    expect(farOffset.status).toBe(201);
+    expect(farOffset.body.expires_at).toBe('3000-01-01T23:58:59.000Z');
+    const yearTenThousand = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], expires_at: '9999-12-31T23:59:59-23:59' } });
+    expect(yearTenThousand.status).toBe(400);
+    expect(yearTenThousand.body.error).toMatchObject({ code: 'validation_failed', param: 'expires_at' });
     const bad = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], service_allowlist: ['svc_999999'] } });
     expect(bad.body.error).toMatchObject({ code: 'validation_failed', param: 'service_allowlist.0' });
     const unknownField = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], admin: true } });

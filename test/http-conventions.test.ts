@@ -265,6 +265,26 @@ describe('audit log', () => {
     expect(bad.body.error).toMatchObject({ code: 'validation_failed', param: 'created_after' });
   });
 
+  it('reads created_after / created_before with any offset as UTC, and refuses dates PostgreSQL cannot hold with 400, never 500', async () => {
+    const ok = await stack.http.get('/v1/services', { token: stack.owner.key });
+    const requestId = ok.headers.get('x-request-id');
+    await stack.api.deps.audit.flush();
+    const ids = async (query: string) => {
+      const res = await stack.http.get(`/v1/audit-logs?${query}`, { token: stack.owner.key });
+      expect(res.status, query).toBe(200);
+      return res.body.data.map((e: { request_id: string }) => e.request_id);
+    };
+    // Offsets past PostgreSQL's ±15:59 are valid ISO 8601: read as the UTC instant they name.
+    expect(await ids('created_after=2000-01-01T00:00:00-23:59&limit=100')).toContain(requestId);
+    expect(await ids('created_before=9999-12-31T00:00:00%2B23:59&limit=100')).toContain(requestId);
+    expect(await ids(`created_after=${encodeURIComponent(new Date(Date.now() + 3_600_000).toISOString().replace('Z', '+20:00'))}`)).toContain(requestId);
+    for (const query of ['created_after=0000-01-01T00:00:00Z', 'created_before=0001-01-01T00:00:00%2B01:00', 'created_before=9999-12-31T23:59:59-01:00']) {
+      const res = await stack.http.get(`/v1/audit-logs?${query}`, { token: stack.owner.key });
+      expect(res.status, query).toBe(400);
+      expect(res.body.error, query).toMatchObject({ code: 'validation_failed', param: query.split('=')[0] });
+    }
+  });
+
   it('never stores secrets: not passwords, session tokens or API key tokens', async () => {
     const user = await createUser(stack.db, stack.owner.accountId, { scopes: ['apikeys:write', 'account:read'] });
     const { FIXTURE_PASSWORD } = await import('./helpers/fixtures');

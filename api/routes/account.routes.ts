@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { formatId } from '../../common/ids';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
-import { AccountSchema, AuditLogSchema, iso, listOf } from '../schemas';
+import { AccountSchema, AuditLogSchema, iso, isoDateTime, listOf } from '../schemas';
 import { AccountModel, type AuditLogModel } from '../../db/models';
 
 function presentAuditLog(row: AuditLogModel) {
@@ -77,8 +77,8 @@ export const accountRoutes = [
       status: z.coerce.number().int().min(100).max(599).optional(),
       credential_id: z.string().max(100).optional(),
       via: z.enum(['api', 'cli', 'mcp']).optional(),
-      created_after: z.iso.datetime({ offset: true }).optional(),
-      created_before: z.iso.datetime({ offset: true }).optional(),
+      created_after: isoDateTime().optional(),
+      created_before: isoDateTime().optional(),
     }),
     responses: [{ status: 200, description: 'A page of audit log entries', schema: listOf(AuditLogSchema, 'AuditLogList') }],
     async handler({ query, principal, deps }) {

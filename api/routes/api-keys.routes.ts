@@ -9,7 +9,7 @@ import type { AppDeps } from '../deps';
 import { conflict, forbidden, insufficientScope, notFound, validationFailed, type FieldError } from '../errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
-import { ApiKeySchema, CreatedApiKeySchema, idParam, iso, listOf } from '../schemas';
+import { ApiKeySchema, CreatedApiKeySchema, idParam, iso, isoDateTime, listOf } from '../schemas';
 import { RATE_LIMIT_TIERS } from '../../domain/rate-limit';
 
 const name = z.string().min(1).max(255);
@@ -21,7 +21,7 @@ const CreateBody = z
     name,
     scopes,
     service_allowlist: allowlist.optional(),
-    expires_at: z.iso.datetime({ offset: true }).optional(),
+    expires_at: isoDateTime().optional(),
     rate_limit_tier: z.enum(Object.keys(RATE_LIMIT_TIERS) as [string, ...string[]]).optional(),
   })
   .strict();
