@@ -1,6 +1,6 @@
 import { OpenAPIRegistry, OpenApiGeneratorV31 } from '@asteasolutions/zod-to-openapi';
 import { ErrorSchema } from './schemas';
-import type { AnyRoute } from './route';
+import { isMutation, type AnyRoute } from './route';
 
 const STANDARD_ERRORS: Array<[number, string]> = [
   [400, 'Invalid request (`validation_failed`, `invalid_json`, ...)'],
@@ -10,6 +10,20 @@ const STANDARD_ERRORS: Array<[number, string]> = [
   [429, 'Rate limited'],
   [500, 'Internal error'],
 ];
+
+/** Errors the shared pipeline (api/app.ts) can answer on a route, by what the route takes. */
+function pipelineErrors(route: AnyRoute): Array<[number, string]> {
+  const errors: Array<[number, string]> = [];
+  if (route.body) {
+    errors.push([413, 'The body is over 1 MiB (`payload_too_large`)'], [415, 'The body is not `application/json` (`unsupported_media_type`)']);
+  }
+  if (route.credential !== 'none' && isMutation(route.method)) {
+    errors.push([409, 'Conflicts with the current state (`conflict`), or a request with this Idempotency-Key is still running (`idempotency_key_in_use`)']);
+    if (!route.returnsSecret) errors.push([422, 'This Idempotency-Key was used with another method, path or body (`idempotency_key_reused`)']);
+  }
+  if (route.credential !== 'none') errors.push([503, 'A backend the call needs is not answering (`backend_unavailable`)']);
+  return errors;
+}
 
 const TAG_DESCRIPTIONS: Record<string, string> = {
   Meta: 'What this instance offers: version, resources, scopes, limits, and this document.',
@@ -37,11 +51,12 @@ export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string
     if (route.internal) continue;
     const responses: Record<string, object> = {};
     for (const r of route.responses) {
-      responses[String(r.status)] = r.schema
-        ? { description: r.description, content: { 'application/json': { schema: r.schema } } }
+      const schema = r.schema ?? (r.status >= 400 ? ErrorSchema : undefined);
+      responses[String(r.status)] = schema
+        ? { description: r.description, content: { 'application/json': { schema } } }
         : { description: r.description };
     }
-    for (const [status, description] of STANDARD_ERRORS) {
+    for (const [status, description] of [...STANDARD_ERRORS, ...pipelineErrors(route)].sort(([a], [b]) => a - b)) {
       responses[String(status)] ??= { description, content: { 'application/json': { schema: ErrorSchema } } };
     }
     const headers = [

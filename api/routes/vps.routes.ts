@@ -146,6 +146,9 @@ const HostnameBody = z.object({ hostname: z.string().min(1).max(253).regex(HOSTN
 const BackupBody = z.object({ mode: z.enum(BACKUP_MODES as [string, ...string[]]).default('snapshot') }).strict();
 const ConsoleBody = z.object({ type: z.enum(['vnc', 'spice']).default('vnc') }).strict();
 
+/** Reads that need the machine answer 409 while it is not on the hypervisor (yet, or any more). */
+const NO_MACHINE = { status: 409, description: 'The VPS has no machine on the hypervisor, yet or any more (`conflict`)' };
+
 /** Hypervisor answers that are not outages: a refusal or a vanished machine is a conflict with the current state. */
 async function hv<T>(fn: () => Promise<T>): Promise<T> {
   try {
@@ -338,7 +341,7 @@ export const vpsRoutes = [
     credential: 'credential',
     marks: [],
     params: idParams,
-    responses: [{ status: 200, description: 'The configuration', schema: VpsConfigSchema }],
+    responses: [{ status: 200, description: 'The configuration', schema: VpsConfigSchema }, NO_MACHINE],
     async handler({ params, principal, deps }) {
       const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
       const c = await hv(() => deps.providers.hypervisor.config(server.vmid));
@@ -368,7 +371,7 @@ export const vpsRoutes = [
     marks: [],
     params: idParams,
     query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'IPv4 and IPv6 addresses', schema: listOf(VpsIpSchema, 'VpsIpList') }],
+    responses: [{ status: 200, description: 'IPv4 and IPv6 addresses', schema: listOf(VpsIpSchema, 'VpsIpList') }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
       const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
       const ips = await hv(() => deps.providers.hypervisor.ips(server.vmid));
@@ -388,7 +391,7 @@ export const vpsRoutes = [
     marks: [],
     params: idParams,
     query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Templates', schema: listOf(VpsTemplateSchema, 'VpsTemplateList') }],
+    responses: [{ status: 200, description: 'Templates', schema: listOf(VpsTemplateSchema, 'VpsTemplateList') }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
       const target = await findVisibleVps(deps.db, principal, params.id);
       requireCapability(target.service, 'templates');
@@ -411,7 +414,7 @@ export const vpsRoutes = [
     marks: [],
     params: idParams,
     query: z.object({ timeframe: z.enum(TIMEFRAMES).default('hour') }),
-    responses: [{ status: 200, description: 'The metric series', schema: VpsMetricsSchema }],
+    responses: [{ status: 200, description: 'The metric series', schema: VpsMetricsSchema }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
       const target = await findVisibleVps(deps.db, principal, params.id);
       requireCapability(target.service, 'metrics');
@@ -544,7 +547,7 @@ export const vpsRoutes = [
     marks: [],
     params: idParams,
     query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Backups', schema: listOf(VpsBackupSchema, 'VpsBackupList') }],
+    responses: [{ status: 200, description: 'Backups', schema: listOf(VpsBackupSchema, 'VpsBackupList') }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
       const target = await findVisibleVps(deps.db, principal, params.id);
       requireCapability(target.service, 'backups');
