@@ -213,16 +213,18 @@ async function findOwnBackup(deps: AppDeps, server: VpsServerRow, backupId: stri
 const resourceOf = (target: VpsTarget) => ({ object: 'vps', id: formatId('svc', target.service.id) });
 const accepted = (op: { id: string }) => ({ status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: op });
 
-/**
- * The VPS a power, backup or restore action acts on: visible, capable of `capability`, backed by a
- * machine, and not being reinstalled (409 names `what`).
- */
+/** The VPS a power, backup or restore action acts on: a machineTarget not being reinstalled (409 names `what`). */
 async function actionTarget(deps: AppDeps, principal: Principal, id: string, capability: string, what: string) {
+  const action = await machineTarget(deps, principal, id, capability);
+  refuseWhileReinstalling(action.server, what);
+  return action;
+}
+
+/** A visible VPS whose `capability` is true, with the machine that backs it (409 when it has none yet). */
+async function machineTarget(deps: AppDeps, principal: Principal, id: string, capability: string) {
   const target = await findVisibleVps(deps.db, principal, id);
   requireCapability(target.service, capability);
-  const server = requireMachine(target);
-  refuseWhileReinstalling(server, what);
-  return { target, server };
+  return { target, server: requireMachine(target) };
 }
 
 /** Starts one of those actions' operations; the reinstall lock is checked again in its transaction. */
@@ -322,9 +324,7 @@ export const vpsRoutes = [
     exampleBody: { hostname: 'web-2.example.com' },
     responses: [{ status: 200, description: 'The VPS after the rename', schema: VpsSchema }],
     async handler({ params, body, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'rename');
-      const server = requireMachine(target);
+      const { target, server } = await machineTarget(deps, principal, params.id, 'rename');
       await hv(() => deps.providers.hypervisor.setHostname(server.vmid, body.hostname));
       await deps.db('vps_servers').where({ service_id: server.service_id }).update({ hostname: body.hostname, updated_at: deps.db.fn.now() });
       const live = await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.hypervisor.status(server.vmid));
@@ -393,9 +393,7 @@ export const vpsRoutes = [
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'Templates', schema: listOf(VpsTemplateSchema, 'VpsTemplateList') }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'templates');
-      const server = requireMachine(target);
+      const { server } = await machineTarget(deps, principal, params.id, 'templates');
       const templates = await hv(() => deps.providers.hypervisor.templates(server.vmid));
       const page = pageOfArray(deps, listFingerprint(`vps.templates:${server.service_id}`, {}), templates, (t) => t.id, query);
       return { body: listEnvelope(page.data.map((t) => ({ object: 'vps_template', ...t })), page) };
@@ -416,9 +414,7 @@ export const vpsRoutes = [
     query: z.object({ timeframe: z.enum(TIMEFRAMES).default('hour') }),
     responses: [{ status: 200, description: 'The metric series', schema: VpsMetricsSchema }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'metrics');
-      const server = requireMachine(target);
+      const { server } = await machineTarget(deps, principal, params.id, 'metrics');
       const points = await hv(() => deps.providers.hypervisor.metrics(server.vmid, query.timeframe));
       return {
         body: {
@@ -454,9 +450,7 @@ export const vpsRoutes = [
     exampleBody: { type: 'vnc' },
     responses: [{ status: 201, description: 'The console ticket', schema: ConsoleTicketSchema }],
     async handler({ params, body, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'console');
-      const server = requireMachine(target);
+      const { server } = await machineTarget(deps, principal, params.id, 'console');
       if (body.type === 'spice' && server.type !== 'qemu') throw unsupportedForProduct('console type spice');
       const grant = await hv(() => deps.providers.hypervisor.consoleTicket(server.vmid, body.type));
       return {
@@ -502,9 +496,7 @@ export const vpsRoutes = [
     exampleBody: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long and random passphrase' },
     responses: [{ status: 202, description: 'The `vps.reinstall` operation', schema: OperationSchema }],
     async handler({ params, body, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'reinstall');
-      const server = requireMachine(target);
+      const { target, server } = await machineTarget(deps, principal, params.id, 'reinstall');
       refuseWhileReinstalling(server, 'another reinstall');
       const templates = await hv(() => deps.providers.hypervisor.templates(server.vmid));
       if (!templates.some((t) => t.id === body.template)) {
@@ -549,9 +541,7 @@ export const vpsRoutes = [
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'Backups', schema: listOf(VpsBackupSchema, 'VpsBackupList') }, NO_MACHINE],
     async handler({ params, query, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'backups');
-      const server = requireMachine(target);
+      const { server } = await machineTarget(deps, principal, params.id, 'backups');
       const backups = await hv(() => deps.providers.hypervisor.listBackups(server.vmid));
       const page = pageOfArray(deps, listFingerprint(`vps.backups:${server.service_id}`, {}), backups, backupSortKey, query);
       return { body: listEnvelope(page.data.map(presentBackup), page) };
@@ -595,9 +585,7 @@ export const vpsRoutes = [
     params: backupParams,
     responses: [{ status: 204, description: 'Deleted' }],
     async handler({ params, principal, deps }) {
-      const target = await findVisibleVps(deps.db, principal, params.id);
-      requireCapability(target.service, 'backups');
-      const server = requireMachine(target);
+      const { server } = await machineTarget(deps, principal, params.id, 'backups');
       const backup = await findOwnBackup(deps, server, params.backup_id);
       if (!(await hv(() => deps.providers.hypervisor.deleteBackup(backup.volid)))) throw notFound('backup');
       return { status: 204 };
