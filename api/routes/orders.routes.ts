@@ -8,7 +8,7 @@ import type { AppDeps } from '../deps';
 import { ApiError, notFound, validationFailed, type FieldError } from '../errors';
 import { listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
-import { OperationSchema, idParam, listOf } from '../schemas';
+import { OperationSchema, ServiceSchema, idParam, listOf } from '../schemas';
 
 /**
  * Orders (SPEC "Orders", DECISIONS "Orders"): the catalog, payment methods, placing an order (an
@@ -89,18 +89,8 @@ export const OrderSchema = z
     operation: z.string(),
     invoice: InvoiceSchema.nullable(),
     services: z.array(
-      z.object({
-        object: z.literal('service'),
-        id: z.string(),
-        family: z.string(),
-        status: z.string(),
-        name: z.string().nullable(),
-        label: z.string().nullable(),
-        primary_ip: z.string().nullable(),
-        billing_cycle: z.string().nullable(),
-        next_due_date: z.string().nullable(),
-        created_at: ts,
-        capabilities: z.record(z.string(), z.boolean()),
+      // The Service resource plus its billing terms.
+      ServiceSchema.extend({
         recurring_amount: z.number(),
         currency: z.string(),
         cancellation: CancellationSchema.extend({ effective_date: z.string().nullable() }).nullable(),
