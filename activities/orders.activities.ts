@@ -5,7 +5,7 @@ import { toOperationInvoice } from '../domain/orders';
 import type { OperationInvoice, OrderStatus } from '../providers/billing.provider';
 import type { Providers } from '../providers';
 import type { ProvisionTarget } from '../providers/provisioning';
-import { BackendUnavailableError } from '../providers/simulator/switchboard';
+import { BackendUnavailableError } from '../providers/errors';
 import type { Logger } from '../common/logger';
 
 export interface OrderPaymentState {

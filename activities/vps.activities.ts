@@ -12,7 +12,7 @@ import {
   type TaskRef,
   type TaskStatus,
 } from '../providers/hypervisor.provider';
-import { BackendUnavailableError } from '../providers/simulator/switchboard';
+import { BackendUnavailableError } from '../providers/errors';
 
 /** How long a machine may take to show the state its finished task left it in. */
 const STATE_SETTLE_MS = 60_000;

@@ -3,7 +3,7 @@ import { type z } from 'zod';
 import { newUlidId } from '../common/ids';
 import { runIdempotent } from '../domain/idempotency';
 import type { Principal } from '../domain/principal';
-import { BackendUnavailableError } from '../providers/simulator/switchboard';
+import { BackendUnavailableError } from '../providers/errors';
 import type { AppDeps } from './deps';
 import { ApiError, backendUnavailable, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
 import { isMutation, toExpressPath, type AnyRoute } from './route';

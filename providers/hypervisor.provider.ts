@@ -4,7 +4,7 @@
  * informational only (a migration moves a machine). Work that takes time is a task: the call
  * returns a task id (`upid`) at once and the task's status is polled.
  *
- * Every method throws BackendUnavailableError (providers/simulator/switchboard.ts) when the
+ * Every method throws BackendUnavailableError (providers/switchboard.ts) when the
  * cluster does not answer, and UnknownMachineError when the vmid does not exist.
  * The embedded implementation is providers/simulator/hypervisor.simulator.ts.
  */

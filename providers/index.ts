@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Config } from '../common/config';
-import { BackendSwitchboard } from './simulator/switchboard';
+import { BackendSwitchboard } from './switchboard';
 import type { BillingProvider } from './billing.provider';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { ProvisionerRegistry } from './provisioning';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Stack } from './helpers/stack';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
 import { ALL_SCOPES, SESSION_ONLY_SCOPES } from '../domain/scopes';
-import type { BackendFamily } from '../providers/simulator/switchboard';
+import type { BackendFamily } from '../providers/switchboard';
 
 /** Shared by the orders test files: customers with their own credit, order placement, polling. */
 

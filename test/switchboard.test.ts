@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './helpers/db';
-import { BackendSwitchboard, BackendUnavailableError, liveRead } from '../providers/simulator/switchboard';
+import { BackendSwitchboard } from '../providers/switchboard';
+import { BackendUnavailableError, liveRead } from '../providers/errors';
 
 /** The simulator's fault switch and the bounded live read behind convention 7. */
 let database: TestDatabase;

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { parseNumericId } from '../../common/ids';
 import { moveServiceStatus, presentService } from '../../domain/services';
-import { BACKEND_FAMILIES } from '../../providers/simulator/switchboard';
+import { BACKEND_FAMILIES } from '../../providers/switchboard';
 import { ApiError, notFound } from '../errors';
 import { defineRoute } from '../route';
 

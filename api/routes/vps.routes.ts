@@ -14,7 +14,7 @@ import {
   type BackupVolume,
 } from '../../providers/hypervisor.provider';
 import { HypervisorSimulator, TASK_KINDS, type TaskKind } from '../../providers/simulator/hypervisor.simulator';
-import { liveRead } from '../../providers/simulator/switchboard';
+import { liveRead } from '../../providers/errors';
 import type { VpsPowerInput } from '../../workflows/vps/vps-power.workflow';
 import type { VpsReinstallInput } from '../../workflows/vps/vps-reinstall.workflow';
 import type { VpsBackupInput } from '../../workflows/vps/vps-backup.workflow';

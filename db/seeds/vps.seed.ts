@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { attachVpsMachine } from '../../domain/vps';
 import { HypervisorSimulator } from '../../providers/simulator/hypervisor.simulator';
-import { BackendSwitchboard } from '../../providers/simulator/switchboard';
+import { BackendSwitchboard } from '../../providers/switchboard';
 
 /** Container products get an lxc machine; every other VPS product a qemu one. */
 const LXC_PRODUCTS = new Set(['vps-container']);

@@ -1,6 +1,6 @@
 import type { Logger } from '../../common/logger';
 import type { BillingProvider } from '../billing.provider';
-import { BackendUnavailableError } from './switchboard';
+import { BackendUnavailableError } from '../errors';
 
 /**
  * The simulated billing system's own clock. A real billing system carries out cancellation requests

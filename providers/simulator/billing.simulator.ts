@@ -15,7 +15,7 @@ import {
   type PromoCheck,
   type ServiceBillingView,
 } from '../billing.provider';
-import { simulatedDelay, type BackendSwitchboard } from './switchboard';
+import { simulatedDelay, type BackendSwitchboard } from '../switchboard';
 import { dateOnly, iso } from '../../common/time';
 import { moveServiceStatus } from '../../domain/services';
 

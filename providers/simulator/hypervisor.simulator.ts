@@ -22,7 +22,7 @@ import {
   type TaskStatus,
   type Timeframe,
 } from '../hypervisor.provider';
-import { simulatedDelay, type BackendSwitchboard } from './switchboard';
+import { simulatedDelay, type BackendSwitchboard } from '../switchboard';
 
 /** How long things take at SIM_DELAY_SCALE 1: a power action a few seconds, a reinstall about a minute (with the boot). */
 const TASK_MS = { start: 4_000, stop: 3_000, reinstall: 45_000, backup: 12_000, restore: 20_000 } as const;

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
-import { BACKEND_FAMILIES, simulatedDelay, type BackendFamily, type BackendSwitchboard } from './switchboard';
+import { BACKEND_FAMILIES, simulatedDelay, type BackendFamily, type BackendSwitchboard } from '../switchboard';
 
 /** How long the simulated backend takes to bring a service up, at SIM_DELAY_SCALE 1. */
 const BUILD_MS: Record<string, number> = {
