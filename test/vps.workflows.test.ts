@@ -58,7 +58,7 @@ describe('vps.power', () => {
     expect(stopped).toMatchObject({ status: 'succeeded', progress: 100, result: { action: 'stop', state: 'stopped' } });
     expect(await liveState(vps)).toBe('stopped');
     // Resolved on the reached state, not on the order: it completed after the stop task ended.
-    const task = await stack.db('sim_hv_tasks').where({ request_key: `${res.body.id}:stop` }).first();
+    const task = await stack.db('sim_tasks').where({ request_key: `${res.body.id}:stop` }).first();
     expect(new Date(task.ends_at).getTime() - new Date(task.starts_at).getTime()).toBeGreaterThan(0);
     expect(new Date(stopped.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(task.ends_at).getTime());
 
@@ -74,7 +74,7 @@ describe('vps.power', () => {
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { action: 'reboot', state: 'running' } });
     recorded['power-reboot'] = op.id;
-    const tasks = await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at');
+    const tasks = await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at');
     expect(tasks.map((t) => [t.kind, t.status])).toEqual([
       ['stop', 'ok'],
       ['start', 'ok'],
@@ -124,7 +124,7 @@ describe('vps.power', () => {
     expect(second.headers.get('idempotent-replayed')).toBe('true');
     expect(second.body.id).toBe(first.body.id);
     await waitForOperation(stack, first.body.id);
-    expect(await stack.db('sim_hv_tasks').where({ vmid: vps.vmid })).toHaveLength(1);
+    expect(await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) })).toHaveLength(1);
   });
 });
 
@@ -170,7 +170,7 @@ describe('vps.reinstall', () => {
     const machine = await simulator(stack).inspect(vps.vmid);
     expect(machine.template).toBe(QEMU_UBUNTU);
     expect(await simulator(stack).checkRootPassword(vps.vmid, password)).toBe(true);
-    const kinds = (await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at')).map((t) => t.kind);
+    const kinds = (await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at')).map((t) => t.kind);
     expect(kinds).toEqual(['reinstall', 'start']);
     expect(await completedEvents(op.id)).toHaveLength(1);
 
@@ -213,7 +213,7 @@ describe('vps.reinstall', () => {
       operations: await stack.db('operations').select('*'),
       events: await stack.db('events').select('*'),
       idempotency: await stack.db('idempotency_keys').select('*'),
-      tasks: await stack.db('sim_hv_tasks').select('*'),
+      tasks: await stack.db('sim_tasks').select('*'),
     });
     expect(dump).toContain('/reinstall');
     expect(dump).not.toContain(password);
@@ -261,7 +261,7 @@ describe('vps.backup', () => {
     expect(list[0]).toMatchObject({ mode: 'suspend', size_bytes: op.result.size_bytes, created_at: op.result.created_at });
     // Resolved once the backup existed in the list, not when the task was queued.
     expect(new Date(op.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(list[0].created_at).getTime());
-    const task = await stack.db('sim_hv_tasks').where({ request_key: `${res.body.id}:backup` }).first();
+    const task = await stack.db('sim_tasks').where({ request_key: `${res.body.id}:backup` }).first();
     expect(new Date(task.ends_at).getTime()).toBeGreaterThan(new Date(task.starts_at).getTime());
     expect(await liveState(vps)).toBe('running');
   });
@@ -309,7 +309,7 @@ describe('vps.restore', () => {
     expect(machine.disk_content).toBe(contentAtBackup);
     expect(machine.template).toBe(QEMU_DEBIAN);
     expect(await liveState(vps)).toBe('stopped');
-    const kinds = (await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at')).map((t) => t.kind);
+    const kinds = (await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at')).map((t) => t.kind);
     expect(kinds.slice(-2)).toEqual(['stop', 'restore']);
     // The other VPS was not touched.
     expect(await liveState(other)).toBe('running');

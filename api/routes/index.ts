@@ -9,7 +9,8 @@ import { orderRoutes } from './orders.routes';
 import { serviceRoutes } from './services.routes';
 import { sessionRoutes } from './sessions.routes';
 import { webhookRoutes } from './webhooks.routes';
-import { vpsDevRoutes, vpsRoutes } from './vps.routes';
+import { vpsDevRoutes } from './vps/dev.routes';
+import { vpsRoutes } from './vps/routes';
 
 /**
  * The route table: every public route of the API, one entry each. Product families add their

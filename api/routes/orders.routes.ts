@@ -249,7 +249,7 @@ export const orderRoutes = [
       const op = await deps.operations.start({
         principal,
         type: 'orders.create',
-        workflowType: 'orderWorkflow',
+        workflow: 'orderWorkflow',
         input: { orderId, activationTimeoutMs: deps.config.ORDER_ACTIVATION_TIMEOUT },
         resource: { object: 'order', id: orderRef },
         initialStatus: 'pending',

@@ -1,5 +1,5 @@
 import { condition, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
-import type { OrderActivities, OrderPaymentState } from '../../activities/orders.activities';
+import type { OrderActivities, OrderPaymentState } from '../../activities/orders/activities';
 import { OperationTracker, type OperationInput } from '../common/operation';
 import { orderCancelledSignal, orderInvoicePaidSignal } from './signals';
 
