@@ -6,9 +6,9 @@ import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
 import type { Logger } from '../common/logger';
-import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/common/operation';
+import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/kit/operation';
 import type * as Workflows from '../workflows';
-import { operationStateQuery } from '../workflows/common/operation';
+import { operationStateQuery } from '../workflows/kit/operation';
 import type { OperationModel } from '../db/models';
 
 export interface OperationResource {

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { formatId, parseNumericId } from '../common/ids';
 import { notFound, unsupportedForProduct } from '../api/errors';
 import { dateOnly, iso } from '../common/time';
-import { SERVICE_FAMILIES } from '../common/families';
+import { SERVICE_FAMILIES, type ServiceFamily } from '../common/families';
 import { ServiceModel } from '../db/models';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
@@ -15,12 +15,15 @@ export type ServiceRow = Pick<
 /** Families of the Service resource (common/families.ts); products without a dedicated v1 resource are `other`. */
 export { SERVICE_FAMILIES } from '../common/families';
 
+/** The billing contract status (SPEC "Service"). */
+export type ServiceStatus = 'active' | 'pending' | 'suspended' | 'terminated' | 'cancelled' | 'fraud' | 'unknown';
+
 export function presentService(row: ServiceRow) {
   return {
     object: 'service' as const,
     id: formatId('svc', row.id),
-    family: (SERVICE_FAMILIES as readonly string[]).includes(row.family) ? row.family : 'other',
-    status: row.status,
+    family: ((SERVICE_FAMILIES as readonly string[]).includes(row.family) ? row.family : 'other') as ServiceFamily,
+    status: row.status as ServiceStatus,
     name: row.name,
     label: row.label,
     primary_ip: row.primary_ip,

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { moveServiceStatus, presentService, type ServiceRow } from '../../domain/services';
-import { toOperationInvoice } from '../../domain/orders';
+import { toOperationInvoice } from '../../domain/orders/orders';
 import type { OperationInvoice, OrderStatus } from '../../providers/billing.provider';
 import type { Providers } from '../../providers';
 import { provisionTargetOf, type ProvisionTarget, type ProvisionerRegistry } from '../../domain/provisioning';

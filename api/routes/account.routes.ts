@@ -39,7 +39,7 @@ export const accountRoutes = [
       const account = await AccountModel.query(deps.db).findById(principal.accountId).throwIfNotFound();
       return {
         body: {
-          object: 'account',
+          object: 'account' as const,
           id: formatId('cus', account.id),
           name: account.name,
           company: account.company,
@@ -49,7 +49,7 @@ export const accountRoutes = [
           credit: account.credit,
           currency: account.currency,
           credential: {
-            object: 'credential',
+            object: 'credential' as const,
             id: principal.type === 'api_key' ? principal.credentialId : null,
             type: principal.type,
             scopes: [...principal.scopes].sort(),

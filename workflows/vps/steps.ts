@@ -1,6 +1,6 @@
 import type { MachineState, PowerTaskKind, VpsActivities } from '../../activities/vps/activities';
-import { familyActivities } from '../common/proxies';
-import { StepFailed } from '../common/steps';
+import { familyActivities } from '../kit/proxies';
+import { StepFailed } from '../kit/steps';
 
 /** What the VPS workflows share: their activity proxies, the backend's name, and the power step. */
 export const { calls, bookkeeping, waits } = familyActivities<VpsActivities>();

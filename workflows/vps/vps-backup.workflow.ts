@@ -1,6 +1,6 @@
 import type { BackupMode } from '../../activities/vps/activities';
-import type { OperationInput } from '../common/operation';
-import { runOperation, StepFailed } from '../common/steps';
+import type { OperationInput } from '../kit/operation';
+import { runOperation, StepFailed } from '../kit/steps';
 import { calls, HYPERVISOR, waits } from './steps';
 
 export interface VpsBackupInput extends OperationInput {

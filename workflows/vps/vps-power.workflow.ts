@@ -1,5 +1,5 @@
-import type { OperationInput } from '../common/operation';
-import { runOperation } from '../common/steps';
+import type { OperationInput } from '../kit/operation';
+import { runOperation } from '../kit/steps';
 import { HYPERVISOR, powerTo } from './steps';
 
 export type VpsPowerAction = 'start' | 'stop' | 'reboot';

@@ -1,5 +1,5 @@
-import type { OperationInput } from '../common/operation';
-import { runOperation, StepFailed } from '../common/steps';
+import type { OperationInput } from '../kit/operation';
+import { runOperation, StepFailed } from '../kit/steps';
 import { bookkeeping, calls, HYPERVISOR, powerTo, waits } from './steps';
 
 export interface VpsReinstallInput extends OperationInput {

@@ -67,7 +67,7 @@ async function findOwnBackup(deps: AppDeps, server: VpsServerRow, backupId: stri
   return backup;
 }
 
-const resourceOf = (target: VpsTarget) => ({ object: 'vps', id: formatId('svc', target.service.id) });
+const resourceOf = (target: VpsTarget) => ({ object: 'vps' as const, id: formatId('svc', target.service.id) });
 
 /** A visible VPS whose `capability` is true, with the machine that backs it (409 when it has none yet). */
 async function machineTarget(deps: AppDeps, principal: Principal, id: string, capability: string) {
@@ -184,7 +184,7 @@ export const vpsRoutes = [
       const c = await deps.providers.hypervisor.config(server.vmid);
       return {
         body: {
-          object: 'vps_config',
+          object: 'vps_config' as const,
           vmid: c.vmid,
           node: c.node,
           type: c.type,
@@ -213,7 +213,7 @@ export const vpsRoutes = [
       const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
       const ips = await deps.providers.hypervisor.ips(server.vmid);
       const page = pageOfItems(deps.cursors, listFingerprint(`vps.ips:${server.service_id}`, {}), ips, (ip) => `${ip.version}|${ip.address}`, query);
-      return { body: listEnvelope(page.data.map((ip) => ({ object: 'vps_ip', ...ip })), page) };
+      return { body: listEnvelope(page.data.map((ip) => ({ object: 'vps_ip' as const, ...ip })), page) };
     },
   }),
   defineRoute({
@@ -233,7 +233,7 @@ export const vpsRoutes = [
       const { server } = await machineTarget(deps, principal, params.id, 'templates');
       const templates = await deps.providers.hypervisor.templates(server.vmid);
       const page = pageOfItems(deps.cursors, listFingerprint(`vps.templates:${server.service_id}`, {}), templates, (t) => t.id, query);
-      return { body: listEnvelope(page.data.map((t) => ({ object: 'vps_template', ...t })), page) };
+      return { body: listEnvelope(page.data.map((t) => ({ object: 'vps_template' as const, ...t })), page) };
     },
   }),
   defineRoute({
@@ -255,7 +255,7 @@ export const vpsRoutes = [
       const points = await deps.providers.hypervisor.metrics(server.vmid, query.timeframe);
       return {
         body: {
-          object: 'vps_metrics',
+          object: 'vps_metrics' as const,
           timeframe: query.timeframe,
           data: points.map((p) => ({
             time: p.time,
@@ -292,7 +292,7 @@ export const vpsRoutes = [
       const grant = await deps.providers.hypervisor.consoleTicket(server.vmid, body.type);
       return {
         status: 201,
-        body: { object: 'console_ticket', type: grant.type, url: grant.url, file: grant.file, expires_at: grant.expiresAt.toISOString() },
+        body: { object: 'console_ticket' as const, type: grant.type, url: grant.url, file: grant.file, expires_at: grant.expiresAt.toISOString() },
       };
     },
   }),

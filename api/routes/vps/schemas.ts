@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { formatId } from '../../../common/ids';
-import type { ServiceRow } from '../../../domain/services';
+import type { ServiceRow, ServiceStatus } from '../../../domain/services';
 import type { VpsServerRow } from '../../../domain/vps/store';
 import { BACKUP_MODES, TIMEFRAMES, type BackupVolume, type MachineStatus } from '../../../providers/hypervisor.provider';
 import { idParam } from '../../schemas';
@@ -131,7 +131,7 @@ export function presentVps(service: ServiceRow, server: VpsServerRow | null, liv
   return {
     object: 'vps',
     id: formatId('svc', service.id),
-    status: service.status as z.input<typeof VpsSchema>['status'],
+    status: service.status as ServiceStatus,
     hostname: live?.name ?? server?.hostname ?? null,
     os_hostname: live ? live.osHostname : null,
     type: server?.type ?? null,
