@@ -96,10 +96,9 @@ export function createProvisioners(deps: { db: Knex; providers: Providers; keyri
 /** What a provisioner needs to know about a service an order created (null for seeded services). */
 export async function provisionTargetOf(db: Knex, serviceId: number): Promise<ProvisionTarget | null> {
   const row = await db('services')
-    .leftJoin('service_billing', 'service_billing.service_id', 'services.id')
-    .leftJoin('orders', 'orders.id', 'service_billing.order_id')
+    .leftJoin('orders', 'orders.id', 'services.order_id')
     .where('services.id', serviceId)
-    .select('services.*', 'service_billing.product_family', 'orders.options')
+    .select('services.*', 'orders.options')
     .first();
   if (!row) return null;
   return {

@@ -46,6 +46,11 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
  * Loops a simulated backend runs by itself (a real one runs its own): the billing clock that
  * carries out due cancellations. Started by the worker beside its other background services.
  */
-export function simulatorLoops(providers: Providers, deps: { config: Config; logger: Logger }): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
-  return providers.billing instanceof BillingSimulator ? [new SimulatedBillingClock(providers.billing, deps.config.SIM_BILLING_INTERVAL, deps.logger)] : [];
+export function simulatorLoops(
+  providers: Providers,
+  deps: { config: Config; logger: Logger },
+  /** What the control plane does with the cancellations billing carried out (terminate the services). */
+  hooks: { carryOutCancellations: (today: string) => Promise<number[]> },
+): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
+  return providers.billing instanceof BillingSimulator ? [new SimulatedBillingClock(hooks.carryOutCancellations, deps.config.SIM_BILLING_INTERVAL, deps.logger)] : [];
 }

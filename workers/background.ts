@@ -2,6 +2,7 @@ import type { ActivityDeps } from '../activities';
 import { EventDispatcher } from '../domain/webhooks/dispatcher';
 import { simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
+import { terminateDueServices } from '../domain/orders/store';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -20,6 +21,6 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     // Terminated services: a teardown workflow each, until their resources are gone.
     new TeardownSweeper(deps),
     // What simulated backends do on their own (billing carries out due cancellations).
-    ...simulatorLoops(deps.providers, deps),
+    ...simulatorLoops(deps.providers, deps, { carryOutCancellations: (today) => terminateDueServices(deps.db, deps.providers.billing, today) }),
   ];
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { liveRead } from '../../providers/errors';
 import { formatId } from '../../common/ids';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
@@ -37,6 +38,8 @@ export const accountRoutes = [
     responses: [{ status: 200, description: 'The account', schema: AccountSchema }],
     async handler({ principal, deps }) {
       const account = await AccountModel.query(deps.db).findById(principal.accountId).throwIfNotFound();
+      // The balance is billing's: read live, null while billing does not answer (SPEC: number or null).
+      const credit = await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.billing.accountCredit(principal.accountId));
       return {
         body: {
           object: 'account' as const,
@@ -46,7 +49,7 @@ export const accountRoutes = [
           email: account.email,
           country: account.country,
           status: account.status,
-          credit: account.credit,
+          credit,
           currency: account.currency,
           credential: {
             object: 'credential' as const,

@@ -48,6 +48,7 @@ export const SHORT_DURATIONS: Record<string, string> = {
   WEBHOOK_RETRY_DELAYS: '100ms,200ms,300ms,400ms,500ms',
   WEBHOOK_TIMEOUT: '2s',
   SIM_DELAY_SCALE: '0.01',
+  TEARDOWN_SWEEP_INTERVAL: '200ms',
 };
 
 /**
