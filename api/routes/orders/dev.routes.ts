@@ -3,23 +3,18 @@ import { formatId, parseNumericId } from '../../../common/ids';
 import { followInvoice } from '../../../domain/orders/store';
 import { orderInvoicePaidSignal } from '../../../workflows/orders/signals';
 import { conflict, notFound } from '../../errors';
-import { defineRoute } from '../../route';
+import { defineDevRoute } from '../../route';
 
 /**
  * Local stand-in for the control panel's "pay invoice" (DECISIONS "Local development stand-ins").
  * Mounted only with CLOUD_DEV_ENDPOINTS=1 and answered only from loopback.
  */
 export const orderDevRoutes = [
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/invoices/{id}/pay',
     operationId: 'devPayInvoice',
     summary: 'The customer pays an invoice in the panel',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: z.object({ id: z.string() }),
     responses: [{ status: 200, description: 'The paid invoice' }],
     async handler({ params, deps }) {
