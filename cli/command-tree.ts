@@ -1,5 +1,4 @@
-import type { AnyRoute } from '../api/route';
-import { kebabCase, publicRoutes, routeInputs, type JsonSchema, type RouteInput } from '../client/route-inputs';
+import { kebabCase, type ClientRoute, type JsonSchema, type RouteInput } from '../client/client-routes';
 
 /**
  * How a route becomes `cloud <resource...> <verb> [path parameters] [--field value]`. The naming is
@@ -23,7 +22,7 @@ export interface CommandField extends RouteInput {
 }
 
 export interface RouteCommand {
-  route: AnyRoute;
+  route: ClientRoute;
   /** Group words then the verb: `['vps', 'backups', 'restore']`. */
   words: string[];
   positionals: RouteInput[];
@@ -48,11 +47,11 @@ function segmentsOf(path: string): string[] {
   return path.split('/').slice(2);
 }
 
-function isList(route: AnyRoute): boolean {
-  return Boolean(route.query && 'cursor' in route.query.shape) || /^list[A-Z]/.test(route.operationId);
+function isList(route: ClientRoute): boolean {
+  return route.paginated || /^list[A-Z]/.test(route.operationId);
 }
 
-function commandWords(route: AnyRoute, routes: AnyRoute[]): string[] {
+function commandWords(route: ClientRoute, routes: ClientRoute[]): string[] {
   const segs = segmentsOf(route.path);
   const family = segs[0];
   const familyHasItems = routes.some((r) => {
@@ -96,11 +95,10 @@ function flagsFor(inputs: RouteInput[], taken: Set<string>): CommandField[] {
   });
 }
 
-let memo: { routes: AnyRoute[]; commands: RouteCommand[] } | null = null;
+let memo: { routes: ClientRoute[]; commands: RouteCommand[] } | null = null;
 
-export function routeCommands(allRoutes: AnyRoute[]): RouteCommand[] {
-  if (memo?.routes === allRoutes) return memo.commands;
-  const routes = publicRoutes(allRoutes);
+export function routeCommands(routes: ClientRoute[]): RouteCommand[] {
+  if (memo?.routes === routes) return memo.commands;
   const commands: RouteCommand[] = [];
   const names = new Set<string>();
   const groups = new Set<string>();
@@ -112,7 +110,7 @@ export function routeCommands(allRoutes: AnyRoute[]): RouteCommand[] {
     if (clashes(words)) throw new Error(`cli: ${route.method.toUpperCase()} ${route.path} has no command name of its own (${key(words)})`);
     names.add(key(words));
     for (let i = 1; i < words.length; i++) groups.add(key(words.slice(0, i)));
-    const inputs = routeInputs(route);
+    const inputs = route.inputs;
     const taken = new Set<string>();
     commands.push({
       route,
@@ -121,23 +119,23 @@ export function routeCommands(allRoutes: AnyRoute[]): RouteCommand[] {
       fields: flagsFor([...inputs.query, ...inputs.body], taken),
       wholeBody: inputs.wholeBody,
       async: route.marks.includes('A'),
-      paginated: Boolean(route.query && 'cursor' in route.query.shape),
+      paginated: route.paginated,
     });
   }
-  memo = { routes: allRoutes, commands };
+  memo = { routes, commands };
   return commands;
 }
 
 const MARK_NAMES: Record<string, string> = { R: 'reversible', D: 'destructive', A: 'asynchronous', I: 'idempotent' };
 
 /** `vps:power · R A I`, `any credential`, `apikeys:read · session only`. */
-export function accessLabel(route: AnyRoute): string {
+export function accessLabel(route: ClientRoute): string {
   const parts = [route.scope ?? (route.credential === 'none' ? 'public' : 'any credential')];
   if (route.credential === 'session') parts.push('session only');
   if (route.marks.length) parts.push(route.marks.join(' '));
   return parts.join(' · ');
 }
 
-export function marksLong(route: AnyRoute): string {
+export function marksLong(route: ClientRoute): string {
   return route.marks.length ? route.marks.map((m) => `${m} (${MARK_NAMES[m]})`).join(', ') : 'none';
 }

@@ -1,12 +1,12 @@
 import { CommanderError } from 'commander';
-import { buildRouteTable } from '../api/routes';
 import { NetworkError } from '../client/api-client';
 import { buildProgram, CliExit, EXIT, UsageError } from './program';
 import { PromptCancelled } from './prompt';
+import { loadClientRoutes } from './route-manifest';
 
 /** The `cloud` process: parse, run, and map every way of ending to the documented exit code. */
 async function main(argv: string[]): Promise<number> {
-  const program = buildProgram(buildRouteTable({ devEndpoints: false }));
+  const program = buildProgram(loadClientRoutes());
   try {
     await program.parseAsync(argv, { from: 'user' });
     return EXIT.ok;

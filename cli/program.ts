@@ -1,9 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { Argument, Command, InvalidArgumentError, Option } from 'commander';
-import type { AnyRoute } from '../api/route';
 import { ApiClient, errorOf, type ApiResponse } from '../client/api-client';
 import { waitForOperation, type Operation } from '../client/operations';
-import { buildRequest, matchRoute, pathParamDescription, publicRoutes, type JsonSchema } from '../client/route-inputs';
+import { buildRequest, matchRoute, pathParamDescription, type ClientRoute, type JsonSchema } from '../client/client-routes';
 import { accessLabel, marksLong, routeCommands, type CommandField, type RouteCommand } from './command-tree';
 import { configPath, readConfig, resolveSettings, writeConfig, type GlobalOptions } from './config';
 import { completionScript } from './completion';
@@ -209,7 +208,7 @@ async function runRoute(rc: RouteCommand, positionals: string[], opts: Record<st
     if (key && opts[key] !== undefined) values[field.name] = opts[key];
   }
   const data = typeof opts.data === 'string' ? await readData(opts.data) : undefined;
-  if (rc.wholeBody && data === undefined && rc.route.body) throw new UsageError('this command takes its body with --data');
+  if (rc.wholeBody && data === undefined && rc.route.hasBody) throw new UsageError('this command takes its body with --data');
   const plan = buildRequest(rc.route, values, data);
   const { api } = clientFor(opts);
   const format = outputFormat(opts);
@@ -289,7 +288,7 @@ function addRouteCommand(parent: Command, rc: RouteCommand): Command {
     cmd.argument(`<${p.name}>`, [pathParamDescription(p.schema.description), example, '(give it as is; it is sent percent-encoded)'].filter(Boolean).join(' '));
   }
   for (const field of rc.fields) cmd.addOption(fieldOption(field));
-  if (rc.route.body) cmd.option('--data <json>', 'the request body as JSON, @file or - (stdin); flags are laid over it');
+  if (rc.route.hasBody) cmd.option('--data <json>', 'the request body as JSON, @file or - (stdin); flags are laid over it');
   if (rc.paginated) cmd.option('--all', 'fetch every page and print them as one list');
   if (rc.async) {
     cmd.option('--wait', 'poll the operation to its end, with progress on stderr; prints the final operation');
@@ -310,7 +309,7 @@ function groupSummary(commands: RouteCommand[], depth: number): string {
 }
 
 /** Adds one command per route under nested group commands (`vps`, `vps backups`, ...). */
-function addRouteCommands(program: Command, routes: AnyRoute[]): Map<string, Command> {
+function addRouteCommands(program: Command, routes: ClientRoute[]): Map<string, Command> {
   const commands = routeCommands(routes);
   const groups = new Map<string, Command>([['', program]]);
   const groupOf = (words: string[]): Command => {
@@ -438,7 +437,7 @@ function addProfile(program: Command): void {
     });
 }
 
-function addApi(program: Command, routes: AnyRoute[]): void {
+function addApi(program: Command, routes: ClientRoute[]): void {
   program
     .command('api <method> <path>')
     .summary('Call any path of the API: cloud api GET /v1/services')
@@ -481,7 +480,7 @@ function addCompletion(program: Command): void {
     });
 }
 
-function addMcp(program: Command, routes: AnyRoute[]): void {
+function addMcp(program: Command, routes: ClientRoute[]): void {
   program
     .command('mcp')
     .summary('Serve the API as MCP tools on stdin/stdout, with this CLI\'s credential')
@@ -490,7 +489,9 @@ function addMcp(program: Command, routes: AnyRoute[]): void {
       const opts = command.optsWithGlobals();
       const settings = resolveSettings(opts, io.env);
       if (!settings.token) throw new UsageError('cloud mcp needs a credential: `cloud login`, CLOUD_TOKEN or --token');
-      const { runStdioServer } = await import('../mcp/stdio');
+      // Loaded here: the MCP SDK is only needed by this command.
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      const { runStdioServer } = require('../mcp/stdio') as typeof import('../mcp/stdio');
       const api = new ApiClient({ baseUrl: settings.apiUrl, token: settings.token, channel: 'mcp', userAgent: `cloud-mcp/${VERSION}` });
       await runStdioServer({ routes, api, readOnly: Boolean(opts.readOnly), version: VERSION });
     });
@@ -499,7 +500,7 @@ function addMcp(program: Command, routes: AnyRoute[]): void {
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 export const VERSION: string = require('../package.json').version;
 
-export function buildProgram(routes: AnyRoute[]): Command {
+export function buildProgram(routes: ClientRoute[]): Command {
   const program = new Command('cloud')
     .description(
       'The command line of the Cloud control-plane API. Every /v1 route is a command: cloud <resource> <verb> [ids] [--field value].\nEach command shows [scope · marks]: R reversible, D destructive, A asynchronous, I idempotent.\nCredential: --token, CLOUD_TOKEN, or the profile written by `cloud login`. API: --api-url, CLOUD_API_URL, the profile, or http://127.0.0.1:3000.\nExit codes: 0 success, 1 API error or failed operation, 2 usage error, 3 --wait timed out.',
@@ -514,13 +515,12 @@ export function buildProgram(routes: AnyRoute[]): Command {
     .configureHelp({ sortSubcommands: true, showGlobalOptions: true })
     .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) });
 
-  const table = publicRoutes(routes);
   addLogin(program);
   addProfile(program);
-  addApi(program, table);
-  const groups = addRouteCommands(program, table);
+  addApi(program, routes);
+  const groups = addRouteCommands(program, routes);
   addOperationsWait(groups, program);
   addCompletion(program);
-  addMcp(program, table);
+  addMcp(program, routes);
   return program;
 }

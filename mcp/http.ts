@@ -4,6 +4,7 @@ import type { AnyRoute } from '../api/route';
 import type { AppDeps } from '../api/deps';
 import { ApiError } from '../api/errors';
 import { ApiClient } from '../client/api-client';
+import { clientRoutes } from '../client/from-route-table';
 import { createMcpServer } from './server';
 
 /**
@@ -26,7 +27,8 @@ function bearer(header: string | undefined): string | null {
   return match ? match[1] : null;
 }
 
-export function mountMcp(app: Express, deps: AppDeps, routes: AnyRoute[], version: string): void {
+export function mountMcp(app: Express, deps: AppDeps, table: AnyRoute[], version: string): void {
+  const routes = clientRoutes(table);
   app.post('/mcp', (req: Request, res: Response, next: NextFunction) => {
     handle(req, res).catch(next);
   });

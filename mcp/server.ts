@@ -1,9 +1,8 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { AnyRoute } from '../api/route';
 import { NetworkError, type ApiClient, type ApiResponse } from '../client/api-client';
 import { waitForOperation } from '../client/operations';
-import { buildRequest, MissingPathParameterError, routeInputs } from '../client/route-inputs';
+import { buildRequest, MissingPathParameterError, type ClientRoute } from '../client/client-routes';
 import { allTools, toolsFor, WAIT_MAX_SECONDS, WAIT_TOOL_NAME, type CredentialView, type ToolDef } from './tools';
 
 /**
@@ -13,7 +12,7 @@ import { allTools, toolsFor, WAIT_MAX_SECONDS, WAIT_TOOL_NAME, type CredentialVi
  * result with `isError` and the API's error envelope, never as a protocol error.
  */
 export interface McpServerOptions {
-  routes: AnyRoute[];
+  routes: ClientRoute[];
   api: ApiClient;
   /** What the API says about the credential, for `tools/list`. */
   credential: () => Promise<CredentialView | null>;
@@ -56,7 +55,7 @@ function networkResult(err: NetworkError): CallToolResult {
 
 async function callRoute(api: ApiClient, tool: ToolDef, args: JsonObject): Promise<CallToolResult> {
   const route = tool.route!;
-  const { wholeBody } = routeInputs(route);
+  const { wholeBody } = route.inputs;
   const { body, ...named } = args;
   let plan;
   try {

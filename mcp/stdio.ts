@@ -1,6 +1,6 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
-import type { AnyRoute } from '../api/route';
+import type { ClientRoute } from '../client/client-routes';
 import { errorOf, type ApiClient } from '../client/api-client';
 import { createMcpServer } from './server';
 import type { CredentialView } from './tools';
@@ -28,7 +28,7 @@ export function credentialFromApi(api: ApiClient): () => Promise<CredentialView 
   };
 }
 
-export async function runStdioServer(options: { routes: AnyRoute[]; api: ApiClient; readOnly: boolean; version: string }): Promise<void> {
+export async function runStdioServer(options: { routes: ClientRoute[]; api: ApiClient; readOnly: boolean; version: string }): Promise<void> {
   const server = createMcpServer({ ...options, credential: credentialFromApi(options.api) });
   const transport = new StdioServerTransport();
   const closed = new Promise<void>((resolve) => {

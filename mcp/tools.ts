@@ -1,6 +1,5 @@
-import type { AnyRoute } from '../api/route';
 import { marksLong } from '../cli/command-tree';
-import { pathParamDescription, publicRoutes, routeInputs, snakeCase, type JsonSchema } from '../client/route-inputs';
+import { pathParamDescription, snakeCase, type ClientRoute, type JsonSchema } from '../client/client-routes';
 
 /**
  * The MCP tools, one per /v1 route of the route table (DECISIONS "MCP"): name = operationId in
@@ -23,7 +22,7 @@ export interface ToolDef {
   inputSchema: JsonSchema & { type: 'object' };
   annotations: ToolAnnotations;
   /** The route the tool calls; absent for wait_for_operation. */
-  route?: AnyRoute;
+  route?: ClientRoute;
 }
 
 /** Who is asking: what the API says about the credential (`GET /v1/account/credential`, or the principal on /mcp). */
@@ -35,11 +34,11 @@ export interface CredentialView {
 export const WAIT_TOOL_NAME = 'wait_for_operation';
 export const WAIT_MAX_SECONDS = 60;
 
-export function toolName(route: AnyRoute): string {
+export function toolName(route: ClientRoute): string {
   return snakeCase(route.operationId);
 }
 
-export function annotationsFor(route: AnyRoute): ToolAnnotations {
+export function annotationsFor(route: ClientRoute): ToolAnnotations {
   const get = route.method === 'get';
   return {
     title: route.summary,
@@ -50,7 +49,7 @@ export function annotationsFor(route: AnyRoute): ToolAnnotations {
   };
 }
 
-function describe(route: AnyRoute): string {
+function describe(route: ClientRoute): string {
   const scope = route.scope
     ? `Scope: ${route.scope}${route.credential === 'session' ? ' (session credentials only; API keys cannot call it)' : ''}.`
     : route.credential === 'none'
@@ -69,19 +68,19 @@ function describe(route: AnyRoute): string {
   if (route.returnsSecret) {
     lines.push('Returns a secret (a credential, password or credential-bearing URL) that is shown only in this answer: handle it as sensitive and do not repeat it needlessly.');
   }
-  if (route.query && 'cursor' in route.query.shape) {
+  if (route.paginated) {
     lines.push('Paginated: pass `next_cursor` of the answer as `cursor` while `has_more` is true.');
   }
   return lines.join('\n');
 }
 
-const cache = new WeakMap<AnyRoute, ToolDef>();
+const cache = new WeakMap<ClientRoute, ToolDef>();
 
 /** The tool of one route. Throws when the route's inputs cannot be merged into one object (a name used twice). */
-export function routeTool(route: AnyRoute): ToolDef {
+export function routeTool(route: ClientRoute): ToolDef {
   const cached = cache.get(route);
   if (cached) return cached;
-  const inputs = routeInputs(route);
+  const inputs = route.inputs;
   const properties: Record<string, JsonSchema> = {};
   const required: string[] = [];
   for (const input of [...inputs.path, ...inputs.query, ...inputs.body]) {
@@ -133,7 +132,7 @@ export const WAIT_TOOL: ToolDef = {
 };
 
 /** Whether a credential may call a route at all (the API decides per resource on top of this). */
-export function mayCall(route: AnyRoute, credential: CredentialView | null): boolean {
+export function mayCall(route: ClientRoute, credential: CredentialView | null): boolean {
   if (route.credential === 'none') return true;
   if (!credential) return false;
   if (route.credential === 'session' && credential.type !== 'session') return false;
@@ -141,8 +140,8 @@ export function mayCall(route: AnyRoute, credential: CredentialView | null): boo
 }
 
 /** `tools/list` for one credential: the routes it can call (GETs only in read-only mode), then wait_for_operation. */
-export function toolsFor(routes: AnyRoute[], credential: CredentialView | null, readOnly: boolean): ToolDef[] {
-  const tools = publicRoutes(routes)
+export function toolsFor(routes: ClientRoute[], credential: CredentialView | null, readOnly: boolean): ToolDef[] {
+  const tools = routes
     .filter((route) => mayCall(route, credential) && (!readOnly || route.method === 'get'))
     .map(routeTool);
   if (credential && new Set(credential.scopes).has('operations:read')) tools.push(WAIT_TOOL);
@@ -150,6 +149,6 @@ export function toolsFor(routes: AnyRoute[], credential: CredentialView | null, 
 }
 
 /** Every tool that exists, whoever asks (for the reachability test and documentation). */
-export function allTools(routes: AnyRoute[]): ToolDef[] {
-  return [...publicRoutes(routes).map(routeTool), WAIT_TOOL];
+export function allTools(routes: ClientRoute[]): ToolDef[] {
+  return [...routes.map(routeTool), WAIT_TOOL];
 }

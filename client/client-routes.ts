@@ -1,10 +1,10 @@
-import { z } from 'zod';
-import type { AnyRoute, HttpMethod } from '../api/route';
+import type { CredentialRule, HttpMethod, Mark } from '../api/route';
 
 /**
- * A route seen from a client: where each input goes (path, query, body) and its JSON Schema, from
- * the same zod schemas that validate it on the server. The CLI turns these into arguments and
- * flags, the MCP server into one tool input schema; both build the request with `buildRequest`.
+ * A route seen from a client: the route table's fields without the handler, and where each input
+ * goes (path, query, body) with its JSON Schema, from the same zod schemas that validate it on the
+ * server. The CLI turns these into arguments and flags, the MCP server into one tool input schema;
+ * both build the request with `buildRequest`. Plain data, so the CLI can cache it (cli/route-manifest.ts).
  */
 export type JsonSchema = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -27,51 +27,27 @@ export interface RouteInputs {
   wholeBody: JsonSchema | null;
 }
 
-const cache = new WeakMap<AnyRoute, RouteInputs>();
-
-export function toJsonSchema(schema: z.ZodType): JsonSchema {
-  const out = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as JsonSchema;
-  delete out.$schema;
-  return out;
-}
-
-function fieldsOf(schema: z.ZodType | undefined, location: InputLocation): RouteInput[] {
-  if (!schema) return [];
-  const json = toJsonSchema(schema);
-  const required = new Set<string>(json.required ?? []);
-  return Object.entries<JsonSchema>(json.properties ?? {}).map(([name, s]) => ({ name, in: location, required: required.has(name), schema: s }));
+export interface ClientRoute {
+  method: HttpMethod;
+  path: string;
+  operationId: string;
+  summary: string;
+  description: string | null;
+  tag: string;
+  scope: string | null;
+  credential: CredentialRule;
+  marks: Mark[];
+  returnsSecret: boolean;
+  /** The route takes a request body. */
+  hasBody: boolean;
+  /** The query has `cursor`: a paginated list. */
+  paginated: boolean;
+  inputs: RouteInputs;
 }
 
 /** Path parameter names in path order: `/v1/x/{id}/y/{y_id}` -> ['id', 'y_id']. */
 export function pathParamNames(path: string): string[] {
   return [...path.matchAll(/\{([a-zA-Z_][a-zA-Z0-9_]*)\}/g)].map((m) => m[1]);
-}
-
-export function routeInputs(route: AnyRoute): RouteInputs {
-  const cached = cache.get(route);
-  if (cached) return cached;
-  const params = new Map(fieldsOf(route.params, 'path').map((f) => [f.name, f]));
-  const path = pathParamNames(route.path).map(
-    (name) => params.get(name) ?? { name, in: 'path' as const, required: true, schema: { type: 'string' } },
-  );
-  for (const p of path) p.required = true;
-  const query = fieldsOf(route.query, 'query');
-  let body: RouteInput[] = [];
-  let wholeBody: JsonSchema | null = null;
-  if (route.body) {
-    const json = toJsonSchema(route.body);
-    if (json.type === 'object' && json.properties) body = fieldsOf(route.body, 'body');
-    else wholeBody = json;
-  }
-  const inputs = { path, query, body, wholeBody };
-  cache.set(route, inputs);
-  return inputs;
-}
-
-/** Every named input of a route; a name used in two places is a route-table bug the clients cannot express. */
-export function allInputs(route: AnyRoute): RouteInput[] {
-  const { path, query, body } = routeInputs(route);
-  return [...path, ...query, ...body];
 }
 
 export interface PlannedRequest {
@@ -105,8 +81,8 @@ function queryString(values: Record<string, unknown>): string {
  * body fields are laid over it. Names the route does not know go into the body of a route that has
  * one (the API refuses them there, as it would from any client), and are dropped otherwise.
  */
-export function buildRequest(route: AnyRoute, values: Record<string, unknown>, wholeBody?: unknown): PlannedRequest {
-  const inputs = routeInputs(route);
+export function buildRequest(route: ClientRoute, values: Record<string, unknown>, wholeBody?: unknown): PlannedRequest {
+  const inputs = route.inputs;
   let path = route.path;
   for (const p of inputs.path) {
     const value = values[p.name];
@@ -116,7 +92,7 @@ export function buildRequest(route: AnyRoute, values: Record<string, unknown>, w
   const query: Record<string, unknown> = {};
   for (const q of inputs.query) if (values[q.name] !== undefined) query[q.name] = values[q.name];
   let body: unknown = undefined;
-  if (route.body) {
+  if (route.hasBody) {
     const known = new Set([...inputs.path, ...inputs.query].map((i) => i.name));
     const fields: Record<string, unknown> = {};
     for (const [name, value] of Object.entries(values)) if (!known.has(name) && value !== undefined) fields[name] = value;
@@ -142,13 +118,8 @@ export function kebabCase(name: string): string {
   return snakeCase(name).replace(/_/g, '-');
 }
 
-/** The public routes a client exposes: every /v1 route (internal ones are outside /v1). */
-export function publicRoutes(routes: AnyRoute[]): AnyRoute[] {
-  return routes.filter((r) => !r.internal && r.path.startsWith('/v1/'));
-}
-
 /** A route whose template matches a concrete path (for `cloud api` and the reachability test). */
-export function matchRoute(routes: AnyRoute[], method: string, pathname: string): AnyRoute | undefined {
+export function matchRoute<R extends { method: string; path: string }>(routes: R[], method: string, pathname: string): R | undefined {
   return routes.find((r) => r.method === method.toLowerCase() && templateRegExp(r.path).test(pathname));
 }
 
