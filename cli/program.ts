@@ -220,7 +220,7 @@ async function runRoute(rc: RouteCommand, positionals: string[], opts: Record<st
   if (opts.wait && rc.async) {
     const op = res.json as Operation | undefined;
     if (!op || typeof op.id !== 'string') throw new UsageError('the answer is not an operation; nothing to wait for');
-    return waitAndReport(api, op.id, parseDuration(String(opts.timeout ?? DEFAULT_WAIT_TIMEOUT)), format);
+    return waitAndReport(api, op.id, typeof opts.timeout === 'number' ? opts.timeout : parseDuration(DEFAULT_WAIT_TIMEOUT), format);
   }
   writeBody(io.stdout, format, res.text, res.json);
 }
@@ -292,7 +292,7 @@ function addRouteCommand(parent: Command, rc: RouteCommand): Command {
   if (rc.paginated) cmd.option('--all', 'fetch every page and print them as one list');
   if (rc.async) {
     cmd.option('--wait', 'poll the operation to its end, with progress on stderr; prints the final operation');
-    cmd.option('--timeout <duration>', `with --wait: give up after this long, exit 3 (default ${DEFAULT_WAIT_TIMEOUT})`);
+    cmd.option('--timeout <duration>', `with --wait: give up after this long, exit 3 (default ${DEFAULT_WAIT_TIMEOUT})`, parseDuration);
   }
   cmd.action(async (...args: unknown[]) => {
     const command = args[args.length - 1] as Command;
@@ -462,11 +462,11 @@ function addOperationsWait(groups: Map<string, Command>, program: Command): void
   operations
     .command('wait <id>')
     .summary('Wait for an operation started elsewhere; progress on stderr  [operations:read]')
-    .option('--timeout <duration>', `give up after this long, exit 3 (default ${DEFAULT_WAIT_TIMEOUT})`)
+    .option('--timeout <duration>', `give up after this long, exit 3 (default ${DEFAULT_WAIT_TIMEOUT})`, parseDuration)
     .action(async (id: string, _opts, command: Command) => {
       const opts = command.optsWithGlobals();
       const { api } = clientFor(opts);
-      await waitAndReport(api, id, parseDuration(String(opts.timeout ?? DEFAULT_WAIT_TIMEOUT)), outputFormat(opts));
+      await waitAndReport(api, id, typeof opts.timeout === 'number' ? opts.timeout : parseDuration(DEFAULT_WAIT_TIMEOUT), outputFormat(opts));
     });
 }
 

@@ -56,10 +56,11 @@ export async function promptHidden(question: string, output: NodeJS.WritableStre
     output.write(question);
     return readLine(input);
   }
-  output.write(question);
+  // Echo goes off before the prompt shows, so nothing typed after it can be echoed.
   input.setRawMode(true);
   input.setEncoding('utf8');
   input.resume();
+  output.write(question);
   return new Promise((resolve, reject) => {
     let answer = '';
     const done = (err: Error | null) => {

@@ -23,8 +23,9 @@ export interface ApiRequest {
   url: string;
   body?: unknown;
   /**
-   * Whether the request may be sent again after the connection broke mid-way. GETs may; a mutation
-   * may when its Idempotency-Key is honoured (not for secret-returning calls, which never replay).
+   * Whether the request may be sent again after the connection broke mid-way (default yes: a GET
+   * changes nothing, and a mutation carries its Idempotency-Key, so the API replays instead of
+   * redoing). Pass false for secret-returning calls, which the API never replays.
    */
   replaySafe?: boolean;
   idempotencyKey?: string;
@@ -107,7 +108,7 @@ export class ApiClient {
       payload = JSON.stringify(req.body);
       headers['content-type'] = 'application/json';
     }
-    const replaySafe = req.replaySafe ?? !isMutation(method);
+    const replaySafe = req.replaySafe ?? true;
     const retries = this.options.retries ?? 2;
     const url = `${this.baseUrl}${req.url}`;
 
