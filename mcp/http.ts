@@ -6,6 +6,7 @@ import { ApiError } from '../api/errors';
 import { ApiClient } from '../client/api-client';
 import { clientRoutes } from '../client/from-route-table';
 import { createMcpServer } from './server';
+import { allTools } from './tools';
 
 /**
  * Streamable HTTP at `POST /mcp` on the API server, stateless: every request carries its Bearer
@@ -29,6 +30,8 @@ function bearer(header: string | undefined): string | null {
 
 export function mountMcp(app: Express, deps: AppDeps, table: AnyRoute[], version: string): void {
   const routes = clientRoutes(table);
+  // Builds every tool once now, so a route the tools cannot express stops the server at start.
+  allTools(routes);
   app.post('/mcp', (req: Request, res: Response, next: NextFunction) => {
     handle(req, res).catch(next);
   });

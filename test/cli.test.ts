@@ -185,6 +185,10 @@ describe('cloud commands from the route table', () => {
     expect(res.stdout).toBe('');
     expect(res.stderr).toMatch(/^authorization_error\/insufficient_scope: This call needs the scope "vps:read"\. \(req_[0-9A-Z]{26}\)$/m);
     expect(res.stderr).toContain('required scope: vps:read');
+    // Any credential may ask what it holds; that is how the CLI and `cloud mcp` know it.
+    const who = await runCli(['account', 'credential'], { env: { ...home.env, CLOUD_TOKEN: narrow.token } });
+    expect(who.code, who.stderr).toBe(0);
+    expect(JSON.parse(who.stdout)).toEqual({ object: 'credential', id: narrow.id, type: 'api_key', scopes: ['services:read'], service_allowlist: [], is_owner: true, rate_limit_tier: 'standard' });
     // --token wins over CLOUD_TOKEN.
     const owner = await runCli(['vps', 'list', '--token', stack.owner.key], { env: { ...home.env, CLOUD_TOKEN: narrow.token } });
     expect(owner.code, owner.stderr).toBe(0);
