@@ -20,13 +20,19 @@ export default tseslint.config(
     // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, no I/O libraries.
     files: ['workflows/**/*.ts'],
     rules: {
-      'no-restricted-imports': [
+      // Value imports only from the SDK and workflow code; everything else at most as types (the
+      // bundle must hold no I/O, no Node-only code, and no configuration read at import time).
+      '@typescript-eslint/no-restricted-imports': [
         'error',
         {
           paths: nodeBuiltins.map((name) => ({ name, message: 'Workflows must be deterministic: no Node built-ins.' })),
           patterns: [
-            { group: ['knex', 'pg', 'objection', 'express', '../../db/*', '../../providers/*', '../../api/*'], message: 'Workflows do no I/O; call an activity.' },
-            { group: ['../../activities/*', '../activities/*'], allowTypeImports: true, message: 'Import activities as types only (proxyActivities).' },
+            { group: ['knex', 'pg', 'objection', 'express', 'pino', 'zod', '@temporalio/client', '@temporalio/worker', '@temporalio/activity'], message: 'Workflows do no I/O; call an activity.' },
+            {
+              group: ['**/db', '**/db/**', '**/api', '**/api/**', '**/domain', '**/domain/**', '**/providers', '**/providers/**', '**/common/**', '**/activities', '**/activities/**'],
+              allowTypeImports: true,
+              message: 'Workflows import activities, providers and domain code as types only (proxyActivities); values would pull Node-only code into the bundle.',
+            },
           ],
         },
       ],

@@ -1,14 +1,17 @@
 import type { Config } from '../common/config';
 import type { Keyring } from '../common/crypto';
-import type { TemporalGateway } from '../domain/temporal';
 import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
 import type { OperationService } from '../domain/operations';
+import { createProvisioners } from '../domain/provisioning';
+import type { TemporalGateway } from '../domain/temporal';
 import type { Providers } from '../providers';
+import { withBackendErrors } from './kit';
 import { createOperationActivities } from './operations.activities';
-import { createOrderActivities } from './orders.activities';
-import { createWebhookActivities } from './webhooks.activities';
-import { createVpsActivities } from './vps.activities';
+import { createOrderActivities } from './orders/activities';
+import { createServiceActivities } from './services/activities';
+import { createVpsActivities } from './vps/activities';
+import { createWebhookActivities } from './webhooks/activities';
 
 export interface ActivityDeps {
   config: Config;
@@ -22,15 +25,18 @@ export interface ActivityDeps {
 }
 
 /**
- * Every activity the worker registers, built over its dependencies. Families add their factory here.
+ * Every activity the worker registers, built over its dependencies, with backend errors mapped to
+ * retryable / non-retryable failures once for all (activities/kit.ts). Families add their factory here.
  */
 export function createActivities(deps: ActivityDeps) {
-  return {
+  const provisioners = createProvisioners(deps);
+  return withBackendErrors({
     ...createOperationActivities(deps),
-    ...createOrderActivities(deps),
+    ...createOrderActivities({ ...deps, provisioners }),
+    ...createServiceActivities({ ...deps, provisioners }),
     ...createWebhookActivities(deps),
     ...createVpsActivities(deps),
-  };
+  });
 }
 
 export type Activities = ReturnType<typeof createActivities>;

@@ -1,5 +1,5 @@
 import type { OperationService } from '../domain/operations';
-import type { OperationTransition } from '../workflows/common/operation';
+import type { OperationTransition } from '../workflows/kit/operation';
 
 /** Activities every operation workflow uses to persist its state. */
 export function createOperationActivities({ operations }: { operations: OperationService }) {

@@ -3,9 +3,9 @@ import { type z } from 'zod';
 import { newUlidId } from '../common/ids';
 import { runIdempotent } from '../domain/idempotency';
 import type { Principal } from '../domain/principal';
-import { BackendUnavailableError } from '../providers/errors';
+import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import type { AppDeps } from './deps';
-import { ApiError, backendUnavailable, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
+import { ApiError, backendUnavailable, conflict, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
 import { isMutation, toExpressPath, type AnyRoute } from './route';
 import { mountReferencePage } from './reference-page';
 import { mountMcp } from '../mcp/http';
@@ -245,7 +245,11 @@ function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: 
 
 function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   if (err instanceof ApiError) return err;
-  if (err instanceof BackendUnavailableError) return backendUnavailable(err.family);
+  // Backend errors, mapped once for every family: unreachable 503; a refusal 409 (or 400 when it
+  // names the request field at fault, like an invalid load-balancer configuration); gone 409.
+  if (err instanceof BackendUnavailableError) return backendUnavailable(err.backend);
+  if (err instanceof BackendRefusedError) return err.param ? validationFailed([{ param: err.param, message: err.message }]) : conflict(err.message);
+  if (err instanceof BackendGoneError) return conflict(err.message);
   // The router could not percent-decode a path parameter (e.g. a backup id encoded by hand).
   if (err instanceof URIError && (err as { status?: number }).status === 400) {
     return validationFailed([{ param: 'path', message: 'a path segment is not valid percent-encoding; encode each parameter with encodeURIComponent' }]);

@@ -97,3 +97,27 @@ export function listFingerprint(route: string, filters: Record<string, unknown>)
     .sort(([a], [b]) => a.localeCompare(b));
   return `${route}?${JSON.stringify(entries)}`;
 }
+
+/**
+ * A page of a list the backend returns whole (a machine's IPs, templates or backups, a zone's
+ * RRsets, a balancer's backends), with the same opaque cursors as database lists. `sortKey` orders
+ * the items (ascending) and must be unique per item; the cursor carries the last key served.
+ */
+export function pageOfItems<T>(
+  cursors: Cursors,
+  list: string,
+  items: readonly T[],
+  sortKey: (item: T) => string,
+  query: { limit: number; cursor?: string },
+): { data: T[]; hasMore: boolean; nextCursor: string | null } {
+  const sorted = [...items].sort((a, b) => (sortKey(a) < sortKey(b) ? -1 : sortKey(a) > sortKey(b) ? 1 : 0));
+  let rest = sorted;
+  if (query.cursor !== undefined) {
+    const after = cursors.decode(list, query.cursor);
+    if (typeof after !== 'string') throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
+    rest = sorted.filter((item) => sortKey(item) > after);
+  }
+  const data = rest.slice(0, query.limit);
+  const hasMore = rest.length > query.limit;
+  return { data, hasMore, nextCursor: hasMore ? cursors.encode(list, sortKey(data[data.length - 1])) : null };
+}

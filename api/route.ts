@@ -20,9 +20,9 @@ export type CredentialRule =
   /** Public: no credential is read. */
   | 'none';
 
-export interface HandlerResult {
+export interface HandlerResult<B = unknown> {
   status?: number;
-  body?: unknown;
+  body?: B;
   headers?: Record<string, string>;
 }
 
@@ -46,11 +46,19 @@ export interface ResponseSpec {
   schema?: z.ZodType;
 }
 
+/**
+ * What a handler may answer: the input type of one of the declared response schemas (so a
+ * presenter that drifts from its schema fails to compile), or anything when none is declared.
+ */
+export type ResponseBody<R extends readonly ResponseSpec[]> = [DeclaredSchema<R[number]>] extends [never] ? unknown : z.input<DeclaredSchema<R[number]>>;
+type DeclaredSchema<S> = S extends { schema: infer Z extends z.ZodType } ? Z : never;
+
 export interface RouteDef<
   PS extends ZObject | undefined = ZObject | undefined,
   QS extends ZObject | undefined = ZObject | undefined,
   BS extends z.ZodType | undefined = z.ZodType | undefined,
   C extends CredentialRule = CredentialRule,
+  R extends readonly ResponseSpec[] = readonly ResponseSpec[],
 > {
   method: HttpMethod;
   /** OpenAPI-style template: `/v1/services/{id}`. */
@@ -72,17 +80,18 @@ export interface RouteDef<
   returnsSecret?: boolean;
   /** Outside /v1 (health, dev stand-ins): not audited, not rate limited, not in the OpenAPI document. */
   internal?: boolean;
-  responses: ResponseSpec[];
+  /** Every status the route answers on success or by design (409, 412...), with its schema; also checked in the tests. */
+  responses: R;
   /** A valid request body, shown in the OpenAPI document and sent by the generated route tests. */
   exampleBody?: unknown;
   handler: (
     ctx: HandlerContext<Infer<PS>, Infer<QS>, Infer<BS>, C extends 'none' ? Principal | null : Principal>,
-  ) => Promise<HandlerResult>;
+  ) => Promise<HandlerResult<ResponseBody<R>>>;
 }
 
 // `any` here erases the per-route generics so routes of different shapes fit one table.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type AnyRoute = RouteDef<any, any, any, any>;
+export type AnyRoute = RouteDef<any, any, any, any, any>;
 
 /** Identity function that gives a route literal its inferred handler types. */
 export function defineRoute<
@@ -90,7 +99,8 @@ export function defineRoute<
   QS extends ZObject | undefined = undefined,
   BS extends z.ZodType | undefined = undefined,
   C extends CredentialRule = 'credential',
->(route: RouteDef<PS, QS, BS, C>): RouteDef<PS, QS, BS, C> {
+  const R extends readonly ResponseSpec[] = readonly ResponseSpec[],
+>(route: RouteDef<PS, QS, BS, C, R>): RouteDef<PS, QS, BS, C, R> {
   return route;
 }
 

@@ -266,7 +266,7 @@ async function main() {
   const starter = await createApi(config, { db: database.db, temporalClient: temporal.client, logger });
   const opKey = await newKey();
   const principal = await starter.deps.credentials.authenticate(`Bearer ${opKey.token}`);
-  const op = await starter.deps.operations.start({ principal, type: 'bench.operation', workflowType: 'testOperationWorkflow' });
+  const op = await starter.deps.operations.start({ principal, type: 'bench.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
   for (let i = 0; i < 200; i++) {
     const row = await database.db('operations').where({ id: op.id }).first('status');
     if (row.status === 'running') break;

@@ -70,6 +70,8 @@ export const configSchema = z
     /** Upper bound for live reads from a backend on single-resource GETs; past it live fields are null. */
     BACKEND_LIVE_TIMEOUT: duration('2s'),
     SIM_DELAY_SCALE: z.coerce.number().min(0).default(1),
+    /** How often the worker looks for terminated services whose backend resources still exist (teardown). */
+    TEARDOWN_SWEEP_INTERVAL: duration('5s'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,

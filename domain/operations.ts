@@ -6,8 +6,9 @@ import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
 import type { Logger } from '../common/logger';
-import type { OperationError, OperationState, OperationStatus, OperationTransition } from '../workflows/common/operation';
-import { operationStateQuery } from '../workflows/common/operation';
+import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/kit/operation';
+import type * as Workflows from '../workflows';
+import { operationStateQuery } from '../workflows/kit/operation';
 import type { OperationModel } from '../db/models';
 
 export interface OperationResource {
@@ -54,13 +55,36 @@ export function presentOperation(row: OperationRow, live?: OperationState, stale
   };
 }
 
-export interface StartOperationInput {
+/** Operation types (DECISIONS "Operations"); a family adds its own here. */
+export type OperationType =
+  | 'vps.power'
+  | 'vps.reinstall'
+  | 'vps.backup'
+  | 'vps.restore'
+  | 'orders.create'
+  | 'dbaas.backup'
+  | 'dbaas.restart'
+  | 'caas.deploy'
+  | 'objectstorage.empty'
+  | 'wordpress.backup'
+  | 'wordpress.restore'
+  | 'wordpress.recipe_apply';
+
+type WorkflowModule = typeof Workflows;
+/** Every workflow of workflows/index.ts whose input names its operation. */
+export type OperationWorkflow = {
+  [K in keyof WorkflowModule]: WorkflowModule[K] extends (input: infer I) => Promise<unknown> ? (I extends OperationInput ? K : never) : never;
+}[keyof WorkflowModule];
+/** A workflow's input without `operationId` (the operation service adds it). */
+export type WorkflowInput<W extends OperationWorkflow> = Omit<Parameters<WorkflowModule[W]>[0], 'operationId'>;
+
+export interface StartOperationInput<W extends OperationWorkflow = OperationWorkflow> {
   principal: Principal;
-  type: string;
-  /** Workflow function name registered in workflows/index.ts. */
-  workflowType: string;
+  type: OperationType;
+  /** The workflow function (by its name in workflows/index.ts); its input type follows. */
+  workflow: W;
   /** Workflow input beyond `operationId` (never secrets in clear: see docs/architecture.md). */
-  input?: Record<string, unknown>;
+  input: WorkflowInput<W>;
   resource?: OperationResource | null;
   serviceId?: number | null;
   initialStatus?: 'pending' | 'running';
@@ -87,7 +111,7 @@ export class OperationService {
     private readonly opts: { cacheTtlMs: number; queryTimeoutMs: number; logger: Logger },
   ) {}
 
-  async start(input: StartOperationInput): Promise<OperationView> {
+  async start<W extends OperationWorkflow>(input: StartOperationInput<W>): Promise<OperationView> {
     const id = newUlidId('op');
     const status = input.initialStatus ?? 'pending';
     const row = await this.db.transaction(async (trx) => {
@@ -108,10 +132,10 @@ export class OperationService {
       return inserted as OperationRow;
     });
     try {
-      await this.temporal.client.workflow.start(input.workflowType, {
+      await this.temporal.client.workflow.start(input.workflow, {
         workflowId: id,
         taskQueue: this.temporal.taskQueue,
-        args: [{ operationId: id, ...(input.input ?? {}) }],
+        args: [{ operationId: id, ...(input.input as object) }],
         typedSearchAttributes: this.temporal.searchAttributes({
           operationType: input.type,
           accountId: formatId('cus', input.principal.accountId),
@@ -136,7 +160,7 @@ export class OperationService {
   /** An operation that finishes inside the request (SPEC: "including those that finish inside the request"). */
   async recordCompleted(input: {
     principal: Principal;
-    type: string;
+    type: OperationType;
     resource?: OperationResource | null;
     serviceId?: number | null;
     status: 'succeeded' | 'failed';

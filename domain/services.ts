@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { formatId, parseNumericId } from '../common/ids';
 import { notFound, unsupportedForProduct } from '../api/errors';
 import { dateOnly, iso } from '../common/time';
+import { SERVICE_FAMILIES, type ServiceFamily } from '../common/families';
 import { ServiceModel } from '../db/models';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
@@ -11,15 +12,18 @@ export type ServiceRow = Pick<
   'id' | 'account_id' | 'family' | 'product' | 'status' | 'name' | 'label' | 'primary_ip' | 'billing_cycle' | 'next_due_date' | 'capabilities' | 'created_at'
 >;
 
-/** Families of the Service resource; products without a dedicated v1 resource are `other`. */
-export const SERVICE_FAMILIES = ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other'] as const;
+/** Families of the Service resource (common/families.ts); products without a dedicated v1 resource are `other`. */
+export { SERVICE_FAMILIES } from '../common/families';
+
+/** The billing contract status (SPEC "Service"). */
+export type ServiceStatus = 'active' | 'pending' | 'suspended' | 'terminated' | 'cancelled' | 'fraud' | 'unknown';
 
 export function presentService(row: ServiceRow) {
   return {
     object: 'service' as const,
     id: formatId('svc', row.id),
-    family: (SERVICE_FAMILIES as readonly string[]).includes(row.family) ? row.family : 'other',
-    status: row.status,
+    family: ((SERVICE_FAMILIES as readonly string[]).includes(row.family) ? row.family : 'other') as ServiceFamily,
+    status: row.status as ServiceStatus,
     name: row.name,
     label: row.label,
     primary_ip: row.primary_ip,
@@ -39,6 +43,14 @@ export async function findVisibleService(db: Knex, principal: Principal, rawId: 
   if (id === null || !canSeeService(principal, id)) throw notFound('service');
   const row = await ServiceModel.query(db).findOne({ id, account_id: principal.accountId });
   if (!row || (family && row.family !== family)) throw notFound(family ?? 'service');
+  return row;
+}
+
+/** A service of one family in any account, for the loopback-only dev stand-ins (404 otherwise). */
+export async function findServiceOfFamily(db: Knex, rawId: string, family: string): Promise<ServiceRow> {
+  const id = parseNumericId('svc', rawId);
+  const row = id === null ? undefined : await ServiceModel.query(db).findOne({ id, family });
+  if (!row) throw notFound(family);
   return row;
 }
 
@@ -71,4 +83,14 @@ export async function moveServiceStatus(
     return row as ServiceRow;
   };
   return trx ? apply(trx) : db.transaction(apply);
+}
+
+/** Terminated services whose backend resources have not been torn down yet (oldest first). */
+export async function servicesAwaitingTeardown(db: Knex, limit = 100): Promise<Array<{ id: number; accountId: number }>> {
+  const rows = await db('services').where({ status: 'terminated' }).whereNull('deprovisioned_at').orderBy('id').limit(limit).select('id', 'account_id');
+  return rows.map((r) => ({ id: Number(r.id), accountId: Number(r.account_id) }));
+}
+
+export async function markDeprovisioned(db: Knex, serviceId: number): Promise<void> {
+  await db('services').where({ id: serviceId }).whereNull('deprovisioned_at').update({ deprovisioned_at: db.fn.now() });
 }

@@ -44,10 +44,12 @@ export class BackendRefusedError extends Error {
 export class BackendGoneError extends Error {
   constructor(
     readonly backend: string,
-    /** What is gone, for the message: `machine 101`, `zone example.org`. */
+    /** What is gone: `machine 101`, `zone example.org`. */
     readonly what: string,
+    /** Written for customers; by default names what is gone. */
+    message = `The ${what} is not on the ${backend} backend any more.`,
   ) {
-    super(`${what} is not on the ${backend} backend any more`);
+    super(message);
     this.name = 'BackendGoneError';
   }
 }

@@ -1,3 +1,5 @@
+import { BackendGoneError, BackendRefusedError } from './errors';
+
 /**
  * What the hypervisor cluster can do for the VPS family (the shape of a Proxmox-style API): qemu
  * virtual machines and lxc containers addressed by a cluster-wide `vmid`, on nodes that are
@@ -14,11 +16,14 @@ export type PowerTaskKind = 'start' | 'stop';
 export type BackupMode = 'snapshot' | 'suspend' | 'stop';
 export const BACKUP_MODES: readonly BackupMode[] = ['snapshot', 'suspend', 'stop'];
 export const TIMEFRAMES = ['hour', 'day', 'week', 'month', 'year'] as const;
+/** Kinds of hypervisor task (what `failNext` can target). */
+export const TASK_KINDS = ['start', 'stop', 'reinstall', 'backup', 'restore'] as const;
+export type TaskKind = (typeof TASK_KINDS)[number];
 export type Timeframe = (typeof TIMEFRAMES)[number];
 
-export class UnknownMachineError extends Error {
+export class UnknownMachineError extends BackendGoneError {
   constructor(readonly vmid: number) {
-    super(`no machine with vmid ${vmid}`);
+    super('vps', `machine ${vmid}`, 'The machine of this VPS is not on the hypervisor any more.');
     this.name = 'UnknownMachineError';
   }
 }
@@ -134,6 +139,8 @@ export interface GuestStatus {
 /** Task calls take a caller key: the same key returns the same task, so retried activities do not queue twice. */
 export interface HypervisorProvider {
   createMachine(spec: NewMachine): Promise<MachineStatus>;
+  /** Stops and deletes the machine and its disk (its backups stay on the backup storage). No-op when gone. */
+  destroyMachine(vmid: number): Promise<void>;
   status(vmid: number): Promise<MachineStatus>;
   config(vmid: number): Promise<MachineConfig>;
   ips(vmid: number): Promise<MachineIp[]>;
@@ -164,9 +171,9 @@ export interface HypervisorProvider {
 export const BACKUP_ID_PATTERN = /^[a-z][a-z0-9_.-]{0,63}:backup\/vzdump-(qemu|lxc)-\d+-\d{4}_\d{2}_\d{2}-\d{2}_\d{2}_\d{2}\.(vma|tar)(\.(zst|gz|lzo))?$/;
 
 /** The hypervisor refused a request (bad template, wrong machine state...): retrying will not help. */
-export class HypervisorRefusedError extends Error {
+export class HypervisorRefusedError extends BackendRefusedError {
   constructor(message: string) {
-    super(message);
+    super('vps', message);
     this.name = 'HypervisorRefusedError';
   }
 }

@@ -45,13 +45,18 @@ export class BackendSwitchboard {
  * provider object, simulator or real adapter, fails like an unreachable backend while its switch
  * is down. Non-function members (`pollIntervalMs`) pass through untouched.
  */
-export function withOutageSwitch<T extends object>(provider: T, switchboard: BackendSwitchboard, backend: BackendFamily): T {
+export function withOutageSwitch<T extends object>(
+  provider: T,
+  switchboard: BackendSwitchboard,
+  /** The switch, or how to find it from a call's arguments (a provider serving several families). */
+  backend: BackendFamily | ((args: unknown[]) => BackendFamily),
+): T {
   return new Proxy(provider, {
     get(target, prop, receiver) {
       const value = Reflect.get(target, prop, receiver);
       if (typeof value !== 'function' || prop === 'constructor') return value;
       return async (...args: unknown[]) => {
-        await switchboard.assertUp(backend);
+        await switchboard.assertUp(typeof backend === 'function' ? backend(args) : backend);
         return (value as (...a: unknown[]) => unknown).apply(target, args);
       };
     },

@@ -6,6 +6,7 @@ import { loadConfig } from '../common/config';
 import { randomBase62 } from '../common/crypto';
 import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
+import { createProviders } from '../providers';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../domain/temporal';
 
 /**
@@ -90,7 +91,7 @@ async function main() {
   const db = createDb(config.DATABASE_URL);
   await db.migrate.latest();
   const passwords = demoPasswords();
-  const seeded = await seedDemo(db, passwords);
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config }));
   await db.destroy();
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {

@@ -1,3 +1,5 @@
+import { createProviders } from '../providers';
+import { loadConfig } from '../common/config';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './helpers/db';
 import { migrationSource } from '../db/migrations';
@@ -29,14 +31,14 @@ describe('migrations', () => {
 describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
-    const first = await seedDemo(database.db, passwords);
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0' }) }));
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords);
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0' }) }));
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 

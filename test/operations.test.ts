@@ -33,12 +33,12 @@ describe('operations through Temporal', () => {
     const { id: serviceId, serviceId: numericServiceId } = await createService(stack.db, stack.owner.accountId);
     const op = await stack.api.deps.operations.start({
       principal,
-      type: 'test.operation',
-      workflowType: 'testOperationWorkflow',
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never, input: {} as never,
       resource: { object: 'service', id: serviceId },
       serviceId: numericServiceId,
     });
-    expect(op).toMatchObject({ object: 'operation', type: 'test.operation', status: 'pending', resource: { object: 'service', id: serviceId } });
+    expect(op).toMatchObject({ object: 'operation', type: 'test.operation' as never, status: 'pending', resource: { object: 'service', id: serviceId } });
     expect(op.id).toMatch(/^op_[0-9A-Z]{26}$/);
 
     // The workflow id is the operation id, with search attributes and memo for the Temporal UI.
@@ -46,7 +46,7 @@ describe('operations through Temporal', () => {
     expect(description.type).toBe('testOperationWorkflow');
     expect(description.typedSearchAttributes.get(SEARCH_ATTRIBUTES.operationType)).toBe('test.operation');
     expect(description.typedSearchAttributes.get(SEARCH_ATTRIBUTES.resourceId)).toBe(serviceId);
-    expect(await description.memo).toMatchObject({ operation_type: 'test.operation', account: `cus_${stack.owner.accountId}` });
+    expect(await description.memo).toMatchObject({ operation_type: 'test.operation' as never, account: `cus_${stack.owner.accountId}` });
 
     const running = await waitFor(
       () => stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key }),
@@ -77,7 +77,7 @@ describe('operations through Temporal', () => {
   });
 
   it('records a failure with its error code', async () => {
-    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
     const handle = stack.temporal!.client.workflow.getHandle(op.id);
     await handle.signal(advanceSignal, { finish: 'fail' });
     await handle.result();
@@ -88,8 +88,8 @@ describe('operations through Temporal', () => {
   it('lists operations newest first with filters, and hides those on services the key cannot see', async () => {
     const a = await createService(stack.db, stack.owner.accountId);
     const b = await createService(stack.db, stack.owner.accountId);
-    const opA = await stack.api.deps.operations.start({ principal, type: 'test.a', workflowType: 'testOperationWorkflow', resource: { object: 'service', id: a.id }, serviceId: a.serviceId });
-    const opB = await stack.api.deps.operations.start({ principal, type: 'test.b', workflowType: 'testOperationWorkflow', resource: { object: 'service', id: b.id }, serviceId: b.serviceId });
+    const opA = await stack.api.deps.operations.start({ principal, type: 'test.a' as never, workflow: 'testOperationWorkflow' as never, input: {} as never, resource: { object: 'service', id: a.id }, serviceId: a.serviceId });
+    const opB = await stack.api.deps.operations.start({ principal, type: 'test.b' as never, workflow: 'testOperationWorkflow' as never, input: {} as never, resource: { object: 'service', id: b.id }, serviceId: b.serviceId });
 
     const all = await stack.http.get('/v1/operations?limit=100', { token: stack.owner.key });
     const ids = all.body.data.map((o: { id: string }) => o.id);
@@ -115,13 +115,13 @@ describe('operations through Temporal', () => {
     const other = await stack.db('accounts').insert({ name: 'Other' }).returning('id');
     const otherUser = await createUser(stack.db, other[0].id, { isOwner: true });
     const otherKey = await createApiKey(stack.db, other[0].id, otherUser.userId, { scopes: ['operations:read'] });
-    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
     expect((await stack.http.get(`/v1/operations/${op.id}`, { token: otherKey.token })).status).toBe(404);
     await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
   });
 
   it('serves the last stored state with stale: true when Temporal does not answer, never a 5xx', async () => {
-    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
     await waitFor(
       () => stack.db('operations').where({ id: op.id }).first(),
       (row) => row.status === 'running',

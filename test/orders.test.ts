@@ -4,7 +4,7 @@ import { startStack, type Stack } from './helpers/stack';
 import { createApiKey, createService } from './helpers/fixtures';
 import { seedOrders } from '../db/seeds/orders.seed';
 import { OperationSchema } from '../api/schemas';
-import { OrderSchema, ProductSchema } from '../api/routes/orders.routes';
+import { OrderSchema, ProductSchema } from '../api/routes/orders/schemas';
 import { eventsFor, newCustomer, placeOrder, storedOperation, waitFor, type Customer } from './orders.support';
 
 /**

@@ -18,9 +18,9 @@ describe('time-skipping environment', () => {
     const before = await stack.temporal!.currentTimeMs();
     const op = await stack.api.deps.operations.start({
       principal,
-      type: 'test.operation',
-      workflowType: 'testOperationWorkflow',
-      input: { holdMs: 3_600_000 },
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: { holdMs: 3_600_000 } as never,
     });
     const handle = stack.temporal!.client.workflow.getHandle(op.id);
     await handle.signal(advanceSignal, { finish: 'succeed' });

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
 import { startStack, type Stack } from './helpers/stack';
 import { createAccount, createApiKey, createService } from './helpers/fixtures';
-import { ConsoleTicketSchema, VpsBackupSchema, VpsConfigSchema, VpsIpSchema, VpsMetricsSchema, VpsSchema, VpsTemplateSchema } from '../api/routes/vps.routes';
+import { ConsoleTicketSchema, VpsBackupSchema, VpsConfigSchema, VpsIpSchema, VpsMetricsSchema, VpsSchema, VpsTemplateSchema } from '../api/routes/vps/schemas';
 import { OperationSchema } from '../api/schemas';
 import { DEFAULT_CAPABILITIES } from '../domain/capabilities';
 import { BACKUP_ID_PATTERN } from '../providers/hypervisor.provider';

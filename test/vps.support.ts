@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { attachVpsMachine } from '../domain/vps';
+import { attachVpsMachine } from '../domain/vps/store';
 import type { MachineType } from '../providers/hypervisor.provider';
 import { HypervisorSimulator } from '../providers/simulator/hypervisor.simulator';
 import { createService } from './helpers/fixtures';

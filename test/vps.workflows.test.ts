@@ -1,10 +1,6 @@
+import { replayTests, type RecordedRun } from './helpers/replay';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import path from 'node:path';
-import { Worker } from '@temporalio/worker';
-import { temporal } from '@temporalio/proto';
-import { workflowBundle } from './helpers/temporal';
 import { startStack, type Stack } from './helpers/stack';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
 import { createVps, failNextTask, historyText, recordedProgress, setVpsBackend, simulator, waitForOperation, type TestVps } from './vps.support';
@@ -19,7 +15,6 @@ let token: string;
 
 /** Operations whose histories the replay tests at the end check against the current workflow code. */
 const recorded: Record<string, string> = {};
-const FIXTURES = path.join(__dirname, 'fixtures/vps-histories');
 
 const QEMU_DEBIAN = 'local:import/debian-12-genericcloud-amd64.qcow2';
 const QEMU_UBUNTU = 'local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2';
@@ -58,7 +53,7 @@ describe('vps.power', () => {
     expect(stopped).toMatchObject({ status: 'succeeded', progress: 100, result: { action: 'stop', state: 'stopped' } });
     expect(await liveState(vps)).toBe('stopped');
     // Resolved on the reached state, not on the order: it completed after the stop task ended.
-    const task = await stack.db('sim_hv_tasks').where({ request_key: `${res.body.id}:stop` }).first();
+    const task = await stack.db('sim_tasks').where({ request_key: `${res.body.id}:stop` }).first();
     expect(new Date(task.ends_at).getTime() - new Date(task.starts_at).getTime()).toBeGreaterThan(0);
     expect(new Date(stopped.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(task.ends_at).getTime());
 
@@ -74,7 +69,7 @@ describe('vps.power', () => {
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { action: 'reboot', state: 'running' } });
     recorded['power-reboot'] = op.id;
-    const tasks = await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at');
+    const tasks = await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at');
     expect(tasks.map((t) => [t.kind, t.status])).toEqual([
       ['stop', 'ok'],
       ['start', 'ok'],
@@ -124,7 +119,7 @@ describe('vps.power', () => {
     expect(second.headers.get('idempotent-replayed')).toBe('true');
     expect(second.body.id).toBe(first.body.id);
     await waitForOperation(stack, first.body.id);
-    expect(await stack.db('sim_hv_tasks').where({ vmid: vps.vmid })).toHaveLength(1);
+    expect(await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) })).toHaveLength(1);
   });
 });
 
@@ -170,7 +165,7 @@ describe('vps.reinstall', () => {
     const machine = await simulator(stack).inspect(vps.vmid);
     expect(machine.template).toBe(QEMU_UBUNTU);
     expect(await simulator(stack).checkRootPassword(vps.vmid, password)).toBe(true);
-    const kinds = (await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at')).map((t) => t.kind);
+    const kinds = (await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at')).map((t) => t.kind);
     expect(kinds).toEqual(['reinstall', 'start']);
     expect(await completedEvents(op.id)).toHaveLength(1);
 
@@ -213,7 +208,7 @@ describe('vps.reinstall', () => {
       operations: await stack.db('operations').select('*'),
       events: await stack.db('events').select('*'),
       idempotency: await stack.db('idempotency_keys').select('*'),
-      tasks: await stack.db('sim_hv_tasks').select('*'),
+      tasks: await stack.db('sim_tasks').select('*'),
     });
     expect(dump).toContain('/reinstall');
     expect(dump).not.toContain(password);
@@ -261,7 +256,7 @@ describe('vps.backup', () => {
     expect(list[0]).toMatchObject({ mode: 'suspend', size_bytes: op.result.size_bytes, created_at: op.result.created_at });
     // Resolved once the backup existed in the list, not when the task was queued.
     expect(new Date(op.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(list[0].created_at).getTime());
-    const task = await stack.db('sim_hv_tasks').where({ request_key: `${res.body.id}:backup` }).first();
+    const task = await stack.db('sim_tasks').where({ request_key: `${res.body.id}:backup` }).first();
     expect(new Date(task.ends_at).getTime()).toBeGreaterThan(new Date(task.starts_at).getTime());
     expect(await liveState(vps)).toBe('running');
   });
@@ -309,7 +304,7 @@ describe('vps.restore', () => {
     expect(machine.disk_content).toBe(contentAtBackup);
     expect(machine.template).toBe(QEMU_DEBIAN);
     expect(await liveState(vps)).toBe('stopped');
-    const kinds = (await stack.db('sim_hv_tasks').where({ vmid: vps.vmid }).orderBy('starts_at')).map((t) => t.kind);
+    const kinds = (await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at')).map((t) => t.kind);
     expect(kinds.slice(-2)).toEqual(['stop', 'restore']);
     // The other VPS was not touched.
     expect(await liveState(other)).toBe('running');
@@ -354,60 +349,20 @@ describe('visibility of VPS operations', () => {
 
 /**
  * The histories of this run replay against the current workflow code, and so do the checked-in ones
- * under test/fixtures/vps-histories/ (recorded from an earlier version: a change that breaks them
- * must go behind `patched()`; re-record with RECORD_VPS_HISTORIES=1 only when old runs may break).
- * Fixtures carry the history as base64 protobuf, as the orders fixtures do.
+ * under test/fixtures/vps-histories/ (test/helpers/replay.ts).
  */
 describe('replay of the VPS workflows', () => {
-  const EXPECTED = [
-    'backup',
-    'backup-task-failed',
-    'power-reboot',
-    'power-task-failed',
-    'reinstall',
-    'reinstall-provision-failed',
-    'restore',
-    'restore-task-failed',
-  ];
-
-  it('replays the histories of this run deterministically', async () => {
-    expect(Object.keys(recorded).sort()).toEqual(EXPECTED);
+  const runs: Record<string, RecordedRun> = {};
+  beforeAll(async () => {
     for (const [name, workflowId] of Object.entries(recorded)) {
-      const history = await stack.temporal!.client.workflow.getHandle(workflowId).fetchHistory();
-      await expect(Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, workflowId), name).resolves.toBeUndefined();
-      if (process.env.RECORD_VPS_HISTORIES === '1') {
-        mkdirSync(FIXTURES, { recursive: true });
-        const workflowType = (await stack.temporal!.client.workflow.getHandle(workflowId).describe()).type;
-        const fixture = {
-          name,
-          workflow_type: workflowType,
-          events: history.events?.length,
-          history_protobuf_base64: Buffer.from(temporal.api.history.v1.History.encode(history).finish()).toString('base64'),
-        };
-        writeFileSync(path.join(FIXTURES, `${name}.json`), `${JSON.stringify(fixture, null, 1)}\n`);
-      }
+      const handle = stack.temporal!.client.workflow.getHandle(workflowId);
+      runs[name] = { workflowId, workflowType: (await handle.describe()).type, history: await handle.fetchHistory() };
     }
   });
-
-  it('replays the checked-in histories deterministically', async () => {
-    const files = existsSync(FIXTURES) ? readdirSync(FIXTURES).filter((f) => f.endsWith('.json')) : [];
-    expect(files.sort()).toEqual(EXPECTED.map((name) => `${name}.json`).sort());
-    for (const file of files) {
-      const fixture = JSON.parse(readFileSync(path.join(FIXTURES, file), 'utf8'));
-      const history = temporal.api.history.v1.History.decode(Buffer.from(fixture.history_protobuf_base64, 'base64'));
-      expect(history.events.length, file).toBe(fixture.events);
-      await expect(Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, `fixture-${file}`), file).resolves.toBeUndefined();
-    }
-  });
-
-  it('detects a history the code cannot reproduce (the check is real)', async () => {
-    const history = await stack.temporal!.client.workflow.getHandle(recorded.reinstall).fetchHistory();
-    const { History } = temporal.api.history.v1;
-    const tampered = History.decode(History.encode(history).finish());
-    const scheduled = tampered.events
-      .map((e) => e.activityTaskScheduledEventAttributes)
-      .find((a) => a?.activityType?.name === 'vpsBeginReinstall')!;
-    scheduled.activityType!.name = 'vpsWipeEverything';
-    await expect(Worker.runReplayHistory({ workflowBundle: workflowBundle() }, tampered, recorded.reinstall)).rejects.toThrow(/nondetermin/i);
+  replayTests({
+    fixtures: 'vps-histories',
+    expected: ['backup', 'backup-task-failed', 'power-reboot', 'power-task-failed', 'reinstall', 'reinstall-provision-failed', 'restore', 'restore-task-failed'],
+    recorded: () => runs,
+    tamper: { run: 'reinstall', activity: 'vpsBeginReinstall' },
   });
 });

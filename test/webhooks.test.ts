@@ -252,11 +252,11 @@ describe('deliveries', () => {
     await stack.http.post(`/_dev/services/${svc.id}/unsuspend`);
     await stack.http.post(`/_dev/services/${svc.id}/terminate`);
     // An operation that runs in a workflow, and one that finishes inside the request.
-    const op = await stack.api.deps.operations.start({ principal: t.principal, type: 'test.operation', workflowType: 'testOperationWorkflow' });
+    const op = await stack.api.deps.operations.start({ principal: t.principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
     const handle = stack.temporal!.client.workflow.getHandle(op.id);
     await handle.signal(advanceSignal, { finish: 'succeed' });
     await handle.result();
-    const inline = await stack.api.deps.operations.recordCompleted({ principal: t.principal, type: 'test.inline', status: 'failed', error: { code: 'upstream_error', message: 'x' } });
+    const inline = await stack.api.deps.operations.recordCompleted({ principal: t.principal, type: 'test.inline' as never, status: 'failed', error: { code: 'upstream_error', message: 'x' } });
     const ping = await t.api.post(`/v1/webhooks/${allHook.id}/ping`);
     expect(ping.status).toBe(201);
 
@@ -274,8 +274,8 @@ describe('deliveries', () => {
     const completed = all.received.filter((d) => d.headers['cloud-event'] === 'operation.completed').map((d) => JSON.parse(d.body).data);
     expect(completed).toEqual(
       expect.arrayContaining([
-        expect.objectContaining({ object: 'operation', id: op.id, type: 'test.operation', status: 'succeeded', result: { answer: 42 } }),
-        expect.objectContaining({ object: 'operation', id: inline.id, type: 'test.inline', status: 'failed' }),
+        expect.objectContaining({ object: 'operation', id: op.id, type: 'test.operation' as never, status: 'succeeded', result: { answer: 42 } }),
+        expect.objectContaining({ object: 'operation', id: inline.id, type: 'test.inline' as never, status: 'failed' }),
       ]),
     );
     const pinged = all.received.find((d) => d.headers['cloud-event'] === 'webhook.ping')!;
@@ -537,7 +537,7 @@ describe('the dispatcher', () => {
   it('does not send a webhook the events from before it was registered', async () => {
     const t = await tenant();
     const svc = await createService(stack.db, t.accountId);
-    await stack.api.deps.operations.recordCompleted({ principal: t.principal, type: 'test.before', status: 'succeeded' });
+    await stack.api.deps.operations.recordCompleted({ principal: t.principal, type: 'test.before' as never, status: 'succeeded' });
     await new Promise((res) => setTimeout(res, 300));
     const r = await receiver();
     await t.createWebhook(r);

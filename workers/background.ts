@@ -1,7 +1,7 @@
 import type { ActivityDeps } from '../activities';
 import { EventDispatcher } from '../domain/webhooks/dispatcher';
-import { SimulatedBillingClock } from '../providers/simulator/billing-clock';
-import { BillingSimulator } from '../providers/simulator/billing.simulator';
+import { simulatorLoops } from '../providers';
+import { TeardownSweeper } from './teardown-sweeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -17,9 +17,9 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
   return [
     // Webhooks: LISTEN cloud_events + periodic sweep, fans events out to delivery workflows.
     new EventDispatcher(deps),
-    // Billing (simulator only; a real billing system runs its own): carries out due cancellations.
-    ...(deps.providers.billing instanceof BillingSimulator
-      ? [new SimulatedBillingClock(deps.providers.billing, deps.config.SIM_BILLING_INTERVAL, deps.logger)]
-      : []),
+    // Terminated services: a teardown workflow each, until their resources are gone.
+    new TeardownSweeper(deps),
+    // What simulated backends do on their own (billing carries out due cancellations).
+    ...simulatorLoops(deps.providers, deps),
   ];
 }

@@ -52,7 +52,7 @@ export const accountRoutes = [
       const account = await AccountModel.query(deps.db).findById(principal.accountId).throwIfNotFound();
       return {
         body: {
-          object: 'account',
+          object: 'account' as const,
           id: formatId('cus', account.id),
           name: account.name,
           company: account.company,

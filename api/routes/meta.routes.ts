@@ -48,7 +48,7 @@ export function metaRoutes(table: () => AnyRoute[]) {
         const rl = deps.rateLimiter.buckets;
         return {
           body: {
-            object: 'capabilities',
+            object: 'capabilities' as const,
             api_version: 'v1',
             brand: 'Cloud',
             resources: resourcesOf(routes),

@@ -37,7 +37,7 @@ export const sessionRoutes = [
       return {
         status: 201,
         body: {
-          object: 'session',
+          object: 'session' as const,
           token,
           expires_at: expiresAt.toISOString(),
           user: { id: formatId('usr', user.id), email: user.email, is_owner: user.is_owner },

@@ -3,6 +3,7 @@ import * as core from './20261122000001_core';
 import * as orders from './20261122000200_orders';
 import * as webhooks from './20261122000300_webhooks';
 import * as vps from './20261122000100_vps';
+import * as kit from './20261123000001_kit';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -13,6 +14,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000200_orders', orders],
   ['20261122000300_webhooks', webhooks],
   ['20261122000100_vps', vps],
+  ['20261123000001_kit', kit],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -52,8 +52,8 @@ export interface DeliveryRow {
   delivered_at: Date | null;
 }
 
-/** The Webhook resource; `secret` only where the caller passes it (create, rotate-secret). */
-export function presentWebhook(row: WebhookRow, secret?: string) {
+/** The Webhook resource, never with its secret. */
+export function presentWebhook(row: WebhookRow) {
   return {
     object: 'webhook' as const,
     id: formatId('whk', row.id),
@@ -62,8 +62,12 @@ export function presentWebhook(row: WebhookRow, secret?: string) {
     enabled: row.enabled,
     consecutive_failures: row.consecutive_failures,
     created_at: iso(row.created_at),
-    ...(secret !== undefined ? { secret } : {}),
   };
+}
+
+/** The Webhook with its secret in clear: only the create and rotate-secret responses. */
+export function presentWebhookWithSecret(row: WebhookRow, secret: string) {
+  return { ...presentWebhook(row), secret };
 }
 
 /** The delivery record (DECISIONS "Webhook delivery record"). `body` is the exact signed string. */
@@ -107,7 +111,7 @@ export async function findDelivery(db: Knex | Knex.Transaction, webhook: Webhook
 
 /** The exact body of every delivery of an event: its envelope, serialised once. */
 export function eventBody(event: { id: string; type: string; created_at: Date | string; data: unknown }): string {
-  return JSON.stringify({ id: event.id, object: 'event', type: event.type, created_at: new Date(event.created_at).toISOString(), data: event.data });
+  return JSON.stringify({ id: event.id, object: 'event' as const, type: event.type, created_at: new Date(event.created_at).toISOString(), data: event.data });
 }
 
 export interface WebhookDeliveryInput {

@@ -18,14 +18,16 @@ import {
   type MetricPoint,
   type NewMachine,
   type PowerTaskKind,
+  type TaskKind,
   type TaskRef,
   type TaskStatus,
   type Timeframe,
 } from '../hypervisor.provider';
-import { simulatedDelay, type BackendSwitchboard } from '../switchboard';
+import { simulatedDelay } from '../switchboard';
+import type { SimTask, SimulatedTasks, TaskEffect } from './task-engine';
 
 /** How long things take at SIM_DELAY_SCALE 1: a power action a few seconds, a reinstall about a minute (with the boot). */
-const TASK_MS = { start: 4_000, stop: 3_000, reinstall: 45_000, backup: 12_000, restore: 20_000 } as const;
+const TASK_MS: Record<TaskKind, number> = { start: 4_000, stop: 3_000, reinstall: 45_000, backup: 12_000, restore: 20_000 };
 const BOOT_MS: Record<MachineType, number> = { qemu: 10_000, lxc: 2_000 };
 /** Latency of one API call to the cluster. */
 const CALL_MS = 50;
@@ -34,8 +36,6 @@ export const SIM_NODES = ['hv-a', 'hv-b'] as const;
 const GB = 1024 ** 3;
 const MB = 1024 ** 2;
 
-export type TaskKind = keyof typeof TASK_MS;
-export const TASK_KINDS = Object.keys(TASK_MS) as TaskKind[];
 
 interface TemplateDef extends MachineTemplate {
   osType: string;
@@ -83,21 +83,6 @@ interface MachineRow {
   root_password_hash: string | null;
   ipv4: string;
   ipv6: string;
-  fail_next_task: string | null;
-  fail_next_task_kind: string | null;
-}
-
-interface TaskRow {
-  upid: string;
-  vmid: number;
-  request_key: string | null;
-  kind: TaskKind;
-  params: Record<string, unknown>;
-  status: 'running' | 'ok' | 'error';
-  will_fail: string | null;
-  error: string | null;
-  starts_at: Date;
-  ends_at: Date;
 }
 
 /** A stable pseudo-random fraction in [0, 1) for (seed, t): the same figures on every read. */
@@ -115,21 +100,23 @@ const backupStamp = (d: Date) =>
 const passwordHash = (vmid: number, password: string) => sha256Hex(`sim-hv:${vmid}:${password}`);
 
 /**
- * The hypervisor cluster, simulated in PostgreSQL. Tasks take `TASK_MS × SIM_DELAY_SCALE`, run one
- * at a time per machine (like a machine lock), and take effect when their end time has passed: every
- * read first settles the machine's finished tasks, under a row lock, so the API and any number of
- * workers agree. Faults: the `vps` backend switch (every call fails like an unreachable cluster) and
- * `failNextTask(vmid)` (the machine's next task ends in error without effect).
+ * The hypervisor cluster, simulated in PostgreSQL. Its tasks run on the shared task engine
+ * (providers/simulator/task-engine.ts): they take `TASK_MS × SIM_DELAY_SCALE`, run one at a time
+ * per machine, take effect when their end time has passed (every read settles the machine first),
+ * and fail on demand (`SimulatedTasks.failNext('vps', vmid)`). The outage switch wraps it like any
+ * provider (providers/index.ts).
  */
 export class HypervisorSimulator implements HypervisorProvider {
   readonly pollIntervalMs: number;
 
+  private readonly scale: number;
+
   constructor(
     private readonly db: Knex,
-    private readonly switchboard: BackendSwitchboard,
-    private readonly scale: number,
+    private readonly tasks: SimulatedTasks,
   ) {
-    this.pollIntervalMs = Math.max(20, Math.round(1_000 * scale));
+    this.scale = tasks.scale;
+    this.pollIntervalMs = Math.max(20, Math.round(1_000 * this.scale));
   }
 
   // ---- machines -------------------------------------------------------------------------------
@@ -171,6 +158,15 @@ export class HypervisorSimulator implements HypervisorProvider {
       .ignore();
     const row = await this.db('sim_hv_machines').where({ service_id: spec.serviceId }).first();
     return this.status(row.vmid);
+  }
+
+  async destroyMachine(vmid: number): Promise<void> {
+    await this.call();
+    await this.db.transaction(async (trx) => {
+      await this.tasks.lock(trx, 'vps', vmid);
+      await this.tasks.forget('vps', vmid, trx);
+      await trx('sim_hv_machines').where({ vmid }).delete();
+    });
   }
 
   async status(vmid: number): Promise<MachineStatus> {
@@ -309,8 +305,8 @@ export class HypervisorSimulator implements HypervisorProvider {
 
   async backup(vmid: number, mode: BackupMode, key: string): Promise<TaskRef & { volid: string }> {
     await this.call();
-    const prior = await this.db('sim_hv_tasks').where({ request_key: key }).first();
-    if (prior) return { upid: prior.upid, volid: String(prior.params.volid) };
+    const prior = await this.tasks.byKey(key);
+    if (prior) return { upid: prior.id, volid: String(prior.params.volid) };
     const m = await this.machine(vmid);
     const ext = m.type === 'qemu' ? 'vma.zst' : 'tar.zst';
     let at = Date.now();
@@ -319,13 +315,13 @@ export class HypervisorSimulator implements HypervisorProvider {
       volid = `local:backup/vzdump-${m.type}-${m.vmid}-${backupStamp(new Date(at))}.${ext}`;
       const taken =
         (await this.db('sim_hv_backups').where({ volid }).first()) ??
-        (await this.db('sim_hv_tasks').where({ kind: 'backup' }).whereRaw("params->>'volid' = ?", [volid]).first());
+        (await this.tasks.findByParam('vps', 'backup', 'volid', volid));
       if (!taken) break;
       at += 1_000;
     }
     const task = await this.enqueue(vmid, 'backup', { volid, mode }, key);
-    const stored = await this.db('sim_hv_tasks').where({ upid: task.upid }).first();
-    return { upid: task.upid, volid: String(stored.params.volid) };
+    const stored = await this.tasks.get(task.upid);
+    return { upid: task.upid, volid: String(stored!.params.volid) };
   }
 
   async listBackups(vmid: number): Promise<BackupVolume[]> {
@@ -350,8 +346,8 @@ export class HypervisorSimulator implements HypervisorProvider {
 
   async restore(vmid: number, volid: string, key: string): Promise<TaskRef> {
     await this.call();
-    const prior = await this.taskByKeyRow(key);
-    if (prior) return { upid: prior.upid };
+    const prior = await this.tasks.byKey(key);
+    if (prior) return { upid: prior.id };
     const backup = await this.db('sim_hv_backups').where({ volid }).first();
     if (!backup || backup.vmid !== vmid) throw new HypervisorRefusedError(`backup ${volid} does not belong to machine ${vmid}`);
     const m = await this.settle(vmid);
@@ -361,16 +357,16 @@ export class HypervisorSimulator implements HypervisorProvider {
 
   async taskByKey(key: string): Promise<TaskRef | null> {
     await this.call();
-    const row = await this.taskByKeyRow(key);
-    return row ? { upid: row.upid } : null;
+    const task = await this.tasks.byKey(key);
+    return task ? { upid: task.id } : null;
   }
 
   async task(upid: string): Promise<TaskStatus> {
     await this.call();
-    const row = await this.db('sim_hv_tasks').where({ upid }).first();
-    if (!row) throw new HypervisorRefusedError(`no task ${upid}`);
-    await this.settle(row.vmid);
-    const after: TaskRow = await this.db('sim_hv_tasks').where({ upid }).first();
+    const task = await this.tasks.get(upid);
+    if (!task || task.backend !== 'vps') throw new HypervisorRefusedError(`no task ${upid}`);
+    await this.settle(Number(task.subject));
+    const after = (await this.tasks.get(upid))!;
     return { upid, kind: after.kind, status: after.status, error: after.error };
   }
 
@@ -383,12 +379,6 @@ export class HypervisorSimulator implements HypervisorProvider {
   }
 
   // ---- fault injection and inspection (simulator only) -------------------------------------------
-
-  /** The machine's next task (of this kind, if given) ends in error, without effect. */
-  async failNextTask(vmid: number, message = 'simulated hypervisor task failure', kind?: TaskKind): Promise<void> {
-    const n = await this.db('sim_hv_machines').where({ vmid }).update({ fail_next_task: message, fail_next_task_kind: kind ?? null });
-    if (n === 0) throw new UnknownMachineError(vmid);
-  }
 
   /** Whether the installed root password is this one (the reinstall reached the machine). */
   async checkRootPassword(vmid: number, password: string): Promise<boolean> {
@@ -404,7 +394,6 @@ export class HypervisorSimulator implements HypervisorProvider {
   // ---- internals ------------------------------------------------------------------------------
 
   private async call(): Promise<void> {
-    await this.switchboard.assertUp('vps');
     await simulatedDelay(CALL_MS, this.scale);
   }
 
@@ -418,18 +407,9 @@ export class HypervisorSimulator implements HypervisorProvider {
     return m;
   }
 
-  private async taskByKeyRow(key: string): Promise<TaskRow | undefined> {
-    return this.db('sim_hv_tasks').where({ request_key: key }).first();
-  }
-
   /** A running or queued task changes what the machine looks like until it ends. */
   private async effectiveState(m: MachineRow): Promise<MachineState> {
-    const now = new Date();
-    const active: TaskRow | undefined = await this.db('sim_hv_tasks')
-      .where({ vmid: m.vmid, status: 'running' })
-      .where('starts_at', '<=', now)
-      .where('ends_at', '>', now)
-      .first();
+    const active = await this.tasks.current('vps', m.vmid);
     if (active && (active.kind === 'reinstall' || active.kind === 'restore')) return 'stopped';
     if (active?.kind === 'backup' && m.state === 'running') {
       if (active.params.mode === 'suspend') return 'paused';
@@ -440,67 +420,35 @@ export class HypervisorSimulator implements HypervisorProvider {
 
   /** Queues a task behind the machine's unfinished ones; the same key returns the same task. */
   private async enqueue(vmid: number, kind: TaskKind, params: Record<string, unknown>, key: string): Promise<TaskRef> {
-    return this.db.transaction(async (trx) => {
-      const m: MachineRow | undefined = await trx('sim_hv_machines').where({ vmid }).forUpdate().first();
-      if (!m) throw new UnknownMachineError(vmid);
-      const prior = await trx('sim_hv_tasks').where({ request_key: key }).first();
-      if (prior) return { upid: prior.upid };
-      const busy = await trx('sim_hv_tasks').where({ vmid, status: 'running' }).max('ends_at as until').first();
-      const startsAt = new Date(Math.max(Date.now(), busy?.until ? new Date(busy.until).getTime() : 0));
-      const endsAt = new Date(startsAt.getTime() + Math.round(TASK_MS[kind] * this.scale));
-      const upid = `UPID:${m.node}:${newUlidId('task').slice(5)}:${kind}:${vmid}:root@pam:`;
-      const fails = m.fail_next_task !== null && (m.fail_next_task_kind === null || m.fail_next_task_kind === kind);
-      if (fails) await trx('sim_hv_machines').where({ vmid }).update({ fail_next_task: null, fail_next_task_kind: null });
-      await trx('sim_hv_tasks').insert({
-        upid,
-        vmid,
-        request_key: key,
-        kind,
-        params: JSON.stringify(params),
-        status: 'running',
-        will_fail: fails ? m.fail_next_task : null,
-        starts_at: startsAt,
-        ends_at: endsAt,
-      });
-      return { upid };
+    const m = await this.machine(vmid);
+    const task = await this.tasks.enqueue({
+      backend: 'vps',
+      subject: vmid,
+      kind,
+      params,
+      key,
+      durationMs: TASK_MS[kind],
+      id: () => `UPID:${m.node}:${newUlidId('task').slice(5)}:${kind}:${vmid}:root@pam:`,
     });
+    return { upid: task.id };
   }
 
   /** Applies the effects of every task of the machine whose end time has passed, in order. */
   private async settle(vmid: number): Promise<MachineRow> {
-    const due = await this.db('sim_hv_tasks').where({ vmid, status: 'running' }).where('ends_at', '<=', new Date()).first();
-    if (!due) return this.machine(vmid);
-    return this.db.transaction(async (trx) => {
-      const locked: MachineRow | undefined = await trx('sim_hv_machines').where({ vmid }).forUpdate().first();
-      if (!locked) throw new UnknownMachineError(vmid);
-      let m: MachineRow = locked;
-      const tasks: TaskRow[] = await trx('sim_hv_tasks')
-        .where({ vmid, status: 'running' })
-        .where('ends_at', '<=', new Date())
-        .orderBy('ends_at', 'asc');
-      for (const task of tasks) {
-        if (task.will_fail) {
-          await trx('sim_hv_tasks').where({ upid: task.upid }).update({ status: 'error', error: task.will_fail, finished_at: task.ends_at });
-          continue;
-        }
-        const patch = await this.effectOf(trx, m, task);
-        if (patch === null) {
-          await trx('sim_hv_tasks').where({ upid: task.upid }).update({ status: 'error', error: 'the backup is gone', finished_at: task.ends_at });
-          continue;
-        }
-        if (Object.keys(patch).length) {
-          [m] = await trx('sim_hv_machines').where({ vmid }).update(patch).returning('*');
-        }
-        await trx('sim_hv_tasks').where({ upid: task.upid }).update({ status: 'ok', finished_at: task.ends_at });
-      }
-      return m;
+    await this.tasks.settle('vps', vmid, async (trx, task): Promise<TaskEffect> => {
+      const m: MachineRow | undefined = await trx('sim_hv_machines').where({ vmid }).forUpdate().first();
+      if (!m) return { error: 'the machine is gone' };
+      const patch = await this.effectOf(trx, m, task);
+      if (patch === null) return { error: 'the backup is gone' };
+      if (Object.keys(patch).length) await trx('sim_hv_machines').where({ vmid }).update(patch);
     });
+    return this.machine(vmid);
   }
 
   /** What a finished task changes on the machine; null when it cannot take effect (it ends in error). */
-  private async effectOf(trx: Knex.Transaction, m: MachineRow, task: TaskRow): Promise<Partial<MachineRow> | null> {
-    const endedAt = new Date(task.ends_at);
-    switch (task.kind) {
+  private async effectOf(trx: Knex.Transaction, m: MachineRow, task: SimTask): Promise<Partial<MachineRow> | null> {
+    const endedAt = task.endsAt;
+    switch (task.kind as TaskKind) {
       case 'start':
         if (m.state === 'running') return {};
         // The guest OS boots with the machine's current name: a qemu rename takes effect here.
@@ -516,7 +464,7 @@ export class HypervisorSimulator implements HypervisorProvider {
           agent_ready_at: null,
           template: template.id,
           os_type: template.osType,
-          disk_content: `install of ${template.id} (${task.upid})`,
+          disk_content: `install of ${template.id} (${task.id})`,
           disk_used_bytes: Math.round(template.sizeBytes * 1.4),
           root_password_hash: String(task.params.root_password_hash),
         };

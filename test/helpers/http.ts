@@ -1,3 +1,5 @@
+import { checkResponse } from './response-contract';
+
 export interface HttpResponse<T = any> {
   status: number;
   headers: Headers;
@@ -11,6 +13,8 @@ export interface RequestOptions {
   /** Sent as is (for malformed-JSON and content-type tests). */
   rawBody?: string;
   headers?: Record<string, string>;
+  /** Off only for tests that send what the API must refuse and read a raw answer (default: checked). */
+  checkContract?: boolean;
 }
 
 /** A small fetch wrapper: JSON in, JSON out, every header visible. */
@@ -32,6 +36,7 @@ export function httpClient(baseUrl: string) {
     } catch {
       parsed = undefined;
     }
+    if (opts.checkContract !== false) checkResponse(method, `${baseUrl}${path}`, res.status, res.headers.get('content-type'), parsed);
     return { status: res.status, headers: res.headers, body: parsed as T, text };
   }
   return {

@@ -1,6 +1,6 @@
 import { condition, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
-import type { OrderActivities, OrderPaymentState } from '../../activities/orders.activities';
-import { OperationTracker, type OperationInput } from '../common/operation';
+import type { OrderActivities, OrderPaymentState } from '../../activities/orders/activities';
+import { OperationTracker, type OperationInput } from '../kit/operation';
 import { orderCancelledSignal, orderInvoicePaidSignal } from './signals';
 
 export interface OrderWorkflowInput extends OperationInput {

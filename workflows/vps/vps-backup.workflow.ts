@@ -1,6 +1,7 @@
-import { OperationTracker, type OperationInput } from '../common/operation';
-import type { BackupMode } from '../../activities/vps.activities';
-import { calls, StepFailed, upstreamError, waits } from './vps-activities';
+import type { BackupMode } from '../../activities/vps/activities';
+import type { OperationInput } from '../kit/operation';
+import { runOperation, StepFailed } from '../kit/steps';
+import { calls, HYPERVISOR, waits } from './steps';
 
 export interface VpsBackupInput extends OperationInput {
   serviceId: number;
@@ -13,21 +14,15 @@ export interface VpsBackupInput extends OperationInput {
  * backup list (with its final size), not when the task is accepted.
  */
 export async function vpsBackupWorkflow(input: VpsBackupInput): Promise<void> {
-  const op = new OperationTracker(input.operationId);
-  let result: Record<string, unknown> = { backup_id: null, mode: input.mode };
-  try {
-    await op.update({ status: 'running', progress: 0, result });
+  const result: Record<string, unknown> = { backup_id: null, mode: input.mode };
+  await runOperation(input, { backend: HYPERVISOR, step: 'backup', result }, async (run) => {
     const task = await calls.vpsStartBackup({ vmid: input.vmid, mode: input.mode, key: `${input.operationId}:backup` });
-    result = { ...result, backup_id: task.volid };
-    await op.progress(20, result);
+    run.result = { ...run.result, backup_id: task.volid };
+    await run.progress(20);
     const done = await waits.vpsAwaitTask({ upid: task.upid });
     if (done.status === 'error') throw new StepFailed('backup', `the backup task failed: ${done.error ?? 'no detail'}`);
-    await op.progress(80, result);
+    await run.progress(80);
     const listed = await waits.vpsAwaitBackupListed({ vmid: input.vmid, volid: task.volid });
-    result = { ...result, ...listed };
-  } catch (err) {
-    await op.fail(upstreamError(err, 'backup'), result);
-    return;
-  }
-  await op.succeed(result);
+    return { ...run.result, ...listed };
+  });
 }

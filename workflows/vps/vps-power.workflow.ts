@@ -1,5 +1,6 @@
-import { OperationTracker, type OperationInput } from '../common/operation';
-import { powerTo, upstreamError } from './vps-activities';
+import type { OperationInput } from '../kit/operation';
+import { runOperation } from '../kit/steps';
+import { HYPERVISOR, powerTo } from './steps';
 
 export type VpsPowerAction = 'start' | 'stop' | 'reboot';
 
@@ -14,22 +15,16 @@ export interface VpsPowerInput extends OperationInput {
  * stopped, start, and ends `running` (the guest also picks up a pending qemu rename then).
  */
 export async function vpsPowerWorkflow(input: VpsPowerInput): Promise<void> {
-  const op = new OperationTracker(input.operationId);
   const result = { action: input.action, state: null as string | null };
-  let step: string = input.action === 'reboot' ? 'stop' : input.action;
-  try {
-    await op.update({ status: 'running', progress: 0, result });
+  const first = input.action === 'reboot' ? 'stop' : input.action;
+  await runOperation(input, { backend: HYPERVISOR, step: first, result }, async (run) => {
     if (input.action === 'reboot') {
-      result.state = await powerTo(input.vmid, 'stop', `${input.operationId}:stop`, step);
-      await op.progress(50, result);
-      step = 'start';
-      result.state = await powerTo(input.vmid, 'start', `${input.operationId}:start`, step);
+      result.state = await powerTo(input.vmid, 'stop', `${input.operationId}:stop`, run.step);
+      await run.progress(50);
+      await run.enter('start');
+      result.state = await powerTo(input.vmid, 'start', `${input.operationId}:start`, run.step);
     } else {
-      result.state = await powerTo(input.vmid, input.action, `${input.operationId}:${input.action}`, step);
+      result.state = await powerTo(input.vmid, input.action, `${input.operationId}:${input.action}`, run.step);
     }
-  } catch (err) {
-    await op.fail(upstreamError(err, step), result);
-    return;
-  }
-  await op.succeed(result);
+  });
 }

@@ -1,5 +1,6 @@
-import { OperationTracker, type OperationError, type OperationInput } from '../common/operation';
-import { bookkeeping, calls, powerTo, StepFailed, upstreamError, waits } from './vps-activities';
+import type { OperationInput } from '../kit/operation';
+import { runOperation, StepFailed } from '../kit/steps';
+import { bookkeeping, calls, HYPERVISOR, powerTo, waits } from './steps';
 
 export interface VpsReinstallInput extends OperationInput {
   serviceId: number;
@@ -19,41 +20,37 @@ type Stage = keyof typeof STAGES;
  * the flag is cleared before the operation's final state is recorded, success or failure.
  */
 export async function vpsReinstallWorkflow(input: VpsReinstallInput): Promise<void> {
-  const op = new OperationTracker(input.operationId);
-  let stage: Stage = 'provision';
-  const enter = (next: Stage) => {
-    stage = next;
-    return op.update({ status: 'running', progress: STAGES[next], result: { stage: next, template: input.template } });
-  };
+  const stageResult = (stage: Stage) => ({ stage, template: input.template }) as Record<string, unknown>;
+  await runOperation(
+    input,
+    {
+      backend: HYPERVISOR,
+      step: 'provision',
+      progress: STAGES.provision,
+      result: stageResult('provision'),
+      failedResult: (run) => stageResult(run.step as Stage),
+      cleanup: () => bookkeeping.vpsEndReinstall({ operationId: input.operationId, serviceId: input.serviceId }),
+    },
+    async (run) => {
+      const enter = (stage: Stage) => {
+        run.result = stageResult(stage);
+        return run.enter(stage, STAGES[stage]);
+      };
+      const addresses = await calls.vpsReadAddresses({ vmid: input.vmid });
+      const task = await calls.vpsBeginReinstall({ operationId: input.operationId, vmid: input.vmid, template: input.template, key: `${input.operationId}:reinstall` });
+      await run.tracker.progress(15);
+      const provisioned = await waits.vpsAwaitTask({ upid: task.upid });
+      if (provisioned.status === 'error') throw new StepFailed('provision', `the reinstall task failed: ${provisioned.error ?? 'no detail'}`);
 
-  let outcome: { ok: true; result: unknown } | { ok: false; error: OperationError };
-  try {
-    await enter('provision');
-    const addresses = await calls.vpsReadAddresses({ vmid: input.vmid });
-    const task = await calls.vpsBeginReinstall({
-      operationId: input.operationId,
-      vmid: input.vmid,
-      template: input.template,
-      key: `${input.operationId}:reinstall`,
-    });
-    await op.progress(15);
-    const provisioned = await waits.vpsAwaitTask({ upid: task.upid });
-    if (provisioned.status === 'error') throw new StepFailed('provision', `the reinstall task failed: ${provisioned.error ?? 'no detail'}`);
+      await enter('boot');
+      await powerTo(input.vmid, 'start', `${input.operationId}:start`, 'boot');
+      await run.tracker.progress(70);
+      await waits.vpsAwaitGuest({ vmid: input.vmid });
 
-    await enter('boot');
-    await powerTo(input.vmid, 'start', `${input.operationId}:start`, 'boot');
-    await op.progress(70);
-    await waits.vpsAwaitGuest({ vmid: input.vmid });
-
-    await enter('health_check');
-    const health = await calls.vpsHealthCheck({ vmid: input.vmid, ...addresses });
-    if (!health.ok) throw new StepFailed('health_check', health.detail);
-    outcome = { ok: true, result: { stage: 'done', template: input.template, ipv4: addresses.ipv4, ipv6: addresses.ipv6 } };
-  } catch (err) {
-    outcome = { ok: false, error: upstreamError(err, stage) };
-  }
-
-  await bookkeeping.vpsEndReinstall({ operationId: input.operationId, serviceId: input.serviceId });
-  if (outcome.ok) await op.succeed(outcome.result);
-  else await op.fail(outcome.error, { stage, template: input.template });
+      await enter('health_check');
+      const health = await calls.vpsHealthCheck({ vmid: input.vmid, ...addresses });
+      if (!health.ok) throw new StepFailed('health_check', health.detail);
+      return { stage: 'done', template: input.template, ipv4: addresses.ipv4, ipv6: addresses.ipv6 };
+    },
+  );
 }

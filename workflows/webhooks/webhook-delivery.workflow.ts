@@ -1,5 +1,5 @@
 import { ActivityFailure, proxyActivities, proxyLocalActivities, sleep } from '@temporalio/workflow';
-import type { WebhookActivities } from '../../activities/webhooks.activities';
+import type { WebhookActivities } from '../../activities/webhooks/activities';
 import type { WebhookDeliveryInput } from '../../domain/webhooks/webhooks';
 
 /**

@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { formatId, parseNumericId } from '../../common/ids';
-import { orderInvoicePaidSignal } from '../../workflows/orders/signals';
-import { conflict, notFound } from '../errors';
-import { defineRoute } from '../route';
+import { formatId, parseNumericId } from '../../../common/ids';
+import { orderInvoicePaidSignal } from '../../../workflows/orders/signals';
+import { conflict, notFound } from '../../errors';
+import { defineRoute } from '../../route';
 
 /**
  * Local stand-in for the control panel's "pay invoice" (DECISIONS "Local development stand-ins").

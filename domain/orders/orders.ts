@@ -1,6 +1,7 @@
+import type { ServiceFamily } from '../../common/families';
 import type { Knex } from 'knex';
-import { formatId } from '../common/ids';
-import { iso } from '../api/schemas';
+import { formatId } from '../../common/ids';
+import { iso } from '../../api/schemas';
 import type {
   InvoiceView,
   OperationInvoice,
@@ -8,10 +9,10 @@ import type {
   ProductOption,
   ProductRecord,
   ServiceBillingView,
-} from '../providers/billing.provider';
-import type { FieldError } from '../api/errors';
-import { canSeeService, type Principal } from './principal';
-import { presentService, type ServiceRow } from './services';
+} from '../../providers/billing.provider';
+import type { FieldError } from '../../api/errors';
+import { canSeeService, type Principal } from '../principal';
+import { presentService, type ServiceRow } from '../services';
 
 /**
  * Orders: presentation of products, orders and their invoices, and the validation of a product's
@@ -24,7 +25,7 @@ export function presentProduct(p: ProductRecord) {
     product: p.slug,
     name: p.name,
     description: p.description,
-    family: p.family,
+    family: p.family as ServiceFamily,
     product_family: p.product_family,
     prices: p.prices,
     options: p.options_schema,

@@ -1,41 +1,27 @@
 import type { Knex } from 'knex';
-import { formatId } from '../common/ids';
-import { moveServiceStatus, presentService, type ServiceRow } from '../domain/services';
-import { toOperationInvoice } from '../domain/orders';
-import type { OperationInvoice, OrderStatus } from '../providers/billing.provider';
-import type { Providers } from '../providers';
-import type { ProvisionTarget } from '../providers/provisioning';
-import { BackendUnavailableError } from '../providers/errors';
-import type { Logger } from '../common/logger';
+import { formatId } from '../../common/ids';
+import { moveServiceStatus, presentService, type ServiceRow } from '../../domain/services';
+import { toOperationInvoice } from '../../domain/orders/orders';
+import type { OperationInvoice, OrderStatus } from '../../providers/billing.provider';
+import type { Providers } from '../../providers';
+import { provisionTargetOf, type ProvisionTarget, type ProvisionerRegistry } from '../../domain/provisioning';
+import { BackendUnavailableError } from '../../providers/errors';
+import type { Logger } from '../../common/logger';
 
 export interface OrderPaymentState {
   order: { id: string; status: OrderStatus };
   invoice: OperationInvoice;
 }
 
-async function provisionTarget(db: Knex, serviceId: number): Promise<ProvisionTarget> {
-  const row = await db('services')
-    .join('service_billing', 'service_billing.service_id', 'services.id')
-    .join('orders', 'orders.id', 'service_billing.order_id')
-    .where('services.id', serviceId)
-    .select('services.*', 'service_billing.product_family', 'orders.options')
-    .first();
-  if (!row) throw new Error(`service ${serviceId} was not created by an order`);
-  return {
-    id: Number(row.id),
-    accountId: Number(row.account_id),
-    family: row.family,
-    productFamily: row.product_family,
-    product: row.product,
-    label: row.label,
-    options: row.options ?? {},
-    billingCycle: row.billing_cycle,
-  };
-}
-
 /** Activities of the `orders.create` workflow. Each is idempotent (Temporal retries them). */
-export function createOrderActivities({ db, providers, logger }: { db: Knex; providers: Providers; logger: Logger }) {
-  const { billing, provisioners } = providers;
+export function createOrderActivities({ db, providers, provisioners, logger }: { db: Knex; providers: Providers; provisioners: ProvisionerRegistry; logger: Logger }) {
+  const { billing } = providers;
+
+  async function provisionTarget(serviceId: number): Promise<ProvisionTarget> {
+    const target = await provisionTargetOf(db, serviceId);
+    if (!target) throw new Error(`service ${serviceId} does not exist`);
+    return target;
+  }
 
   async function paymentState(orderId: number, issue: boolean): Promise<OrderPaymentState> {
     const invoice = issue ? await billing.issueInvoice(orderId) : await billing.getInvoiceForOrder(orderId);
@@ -62,9 +48,9 @@ export function createOrderActivities({ db, providers, logger }: { db: Knex; pro
 
     /** Asks the family's provisioner to build the service; false while its backend does not answer. */
     async startProvisioning(serviceId: number): Promise<boolean> {
-      const target = await provisionTarget(db, serviceId);
+      const target = await provisionTarget(serviceId);
       try {
-        await provisioners.for(target.family).provision(target);
+        await provisioners.for(target.productFamily).provision(target);
         return true;
       } catch (err) {
         if (err instanceof BackendUnavailableError) {
@@ -77,9 +63,9 @@ export function createOrderActivities({ db, providers, logger }: { db: Knex; pro
 
     /** True once the provisioner reports the service active; false while it does not (or cannot answer). */
     async checkServiceActive(serviceId: number): Promise<boolean> {
-      const target = await provisionTarget(db, serviceId);
+      const target = await provisionTarget(serviceId);
       try {
-        return await provisioners.for(target.family).isActive(target);
+        return await provisioners.for(target.productFamily).isActive(target);
       } catch (err) {
         if (err instanceof BackendUnavailableError) return false;
         throw err;

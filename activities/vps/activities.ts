@@ -1,70 +1,28 @@
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Knex } from 'knex';
-import type { Keyring } from '../common/crypto';
-import type { Providers } from '../providers';
-import {
-  HypervisorRefusedError,
-  UnknownMachineError,
-  type BackupMode,
-  type GuestStatus,
-  type MachineState,
-  type PowerTaskKind,
-  type TaskRef,
-  type TaskStatus,
-} from '../providers/hypervisor.provider';
-import { BackendUnavailableError } from '../providers/errors';
+import type { Keyring } from '../../common/crypto';
+import { ROOT_PASSWORD_PURPOSE } from '../../domain/vps/secrets';
+import { dropRootPassword, endReinstall, sealedRootPassword } from '../../domain/vps/store';
+import type { Providers } from '../../providers';
+import type { BackupMode, GuestStatus, MachineState, PowerTaskKind, TaskRef, TaskStatus } from '../../providers/hypervisor.provider';
+import { pollUntil } from '../kit';
 
 /** How long a machine may take to show the state its finished task left it in. */
 const STATE_SETTLE_MS = 60_000;
 
-/** Keyring purpose of a reinstall's sealed root password. */
-export const ROOT_PASSWORD_PURPOSE = 'vps-root-password';
-
-/** A refusal of the hypervisor will not change on retry: fail the activity for good. */
-function settled(err: unknown): unknown {
-  if (err instanceof HypervisorRefusedError || err instanceof UnknownMachineError) {
-    return ApplicationFailure.nonRetryable(err.message, err.name);
-  }
-  return err;
-}
-
-async function call<T>(fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    throw settled(err);
-  }
-}
-
 /**
  * Activities of the VPS workflows. Each is idempotent: task calls carry a key derived from the
  * operation id (the hypervisor returns the same task for the same key), and the waits only read.
+ * Hypervisor refusals fail an activity for good and outages are retried (activities/kit.ts).
  */
 export function createVpsActivities({ db, providers, keyring }: { db: Knex; providers: Providers; keyring: Keyring }) {
   const hv = providers.hypervisor;
-
-  /**
-   * Polls until `done`, heartbeating, so that a dead worker's wait is picked up by another worker.
-   * An unreachable cluster is waited out here (bounded by the activity's timeout).
-   */
-  async function poll<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-    const ctx = Context.current();
-    for (;;) {
-      try {
-        const value = await read();
-        if (done(value)) return value;
-      } catch (err) {
-        if (!(err instanceof BackendUnavailableError)) throw settled(err);
-      }
-      ctx.heartbeat();
-      await ctx.sleep(hv.pollIntervalMs);
-    }
-  }
+  const poll = <T>(read: () => Promise<T>, done: (value: T) => boolean) => pollUntil(read, done, hv.pollIntervalMs);
 
   return {
     /** Orders a start or stop; returns at once with the task. */
     async vpsIssuePower(input: { vmid: number; action: PowerTaskKind; key: string }): Promise<TaskRef> {
-      return call(() => hv.power(input.vmid, input.action, input.key));
+      return hv.power(input.vmid, input.action, input.key);
     },
 
     /** Waits until a hypervisor task has ended, and says how. */
@@ -94,7 +52,7 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
 
     /** The machine's addresses, to prove a reinstall kept them. */
     async vpsReadAddresses(input: { vmid: number }): Promise<{ ipv4: string; ipv6: string }> {
-      const status = await call(() => hv.status(input.vmid));
+      const status = await hv.status(input.vmid);
       return { ipv4: status.ipv4, ipv6: status.ipv6 };
     },
 
@@ -103,16 +61,16 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
      * hypervisor took it finds the task by its key and needs no password.
      */
     async vpsBeginReinstall(input: { operationId: string; vmid: number; template: string; key: string }): Promise<TaskRef> {
-      const prior = await call(() => hv.taskByKey(input.key));
+      const prior = await hv.taskByKey(input.key);
       if (prior) {
-        await db('vps_reinstall_secrets').where({ operation_id: input.operationId }).delete();
+        await dropRootPassword(db, input.operationId);
         return prior;
       }
-      const row = await db('vps_reinstall_secrets').where({ operation_id: input.operationId }).first();
-      if (!row) throw ApplicationFailure.nonRetryable('the root password of this reinstall is no longer available', 'RootPasswordGone');
-      const rootPassword = keyring.decrypt(ROOT_PASSWORD_PURPOSE, row.sealed_root_password);
-      const task = await call(() => hv.reinstall(input.vmid, { template: input.template, rootPassword }, input.key));
-      await db('vps_reinstall_secrets').where({ operation_id: input.operationId }).delete();
+      const sealed = await sealedRootPassword(db, input.operationId);
+      if (!sealed) throw ApplicationFailure.nonRetryable('the root password of this reinstall is no longer available', 'RootPasswordGone');
+      const rootPassword = keyring.decrypt(ROOT_PASSWORD_PURPOSE, sealed);
+      const task = await hv.reinstall(input.vmid, { template: input.template, rootPassword }, input.key);
+      await dropRootPassword(db, input.operationId);
       return task;
     },
 
@@ -126,7 +84,7 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
 
     /** The reinstalled machine runs, its guest answers, and it kept its addresses. */
     async vpsHealthCheck(input: { vmid: number; ipv4: string; ipv6: string }): Promise<{ ok: boolean; detail: string }> {
-      const [status, guest] = await call(() => Promise.all([hv.status(input.vmid), hv.guest(input.vmid)]));
+      const [status, guest] = await Promise.all([hv.status(input.vmid), hv.guest(input.vmid)]);
       if (status.state !== 'running') return { ok: false, detail: `the machine is ${status.state}, not running` };
       if (!guest.agentReady) return { ok: false, detail: 'the guest agent does not answer' };
       if (guest.ipv4 !== input.ipv4 || guest.ipv6 !== input.ipv6) {
@@ -137,17 +95,12 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
 
     /** Clears the reinstalling flag of this operation and drops a password that was never used. */
     async vpsEndReinstall(input: { operationId: string; serviceId: number }): Promise<void> {
-      await db.transaction(async (trx) => {
-        await trx('vps_servers')
-          .where({ service_id: input.serviceId, reinstall_operation_id: input.operationId })
-          .update({ reinstall_operation_id: null, updated_at: trx.fn.now() });
-        await trx('vps_reinstall_secrets').where({ operation_id: input.operationId }).delete();
-      });
+      await endReinstall(db, input.operationId, input.serviceId);
     },
 
     /** Queues a backup task; the archive's id is known at once. */
     async vpsStartBackup(input: { vmid: number; mode: BackupMode; key: string }): Promise<TaskRef & { volid: string }> {
-      return call(() => hv.backup(input.vmid, input.mode, input.key));
+      return hv.backup(input.vmid, input.mode, input.key);
     },
 
     /** Waits until the backup is in the machine's backup list. */
@@ -162,7 +115,7 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
 
     /** Queues the restore of a backup over the (stopped) machine's disk. */
     async vpsStartRestore(input: { vmid: number; volid: string; key: string }): Promise<TaskRef> {
-      return call(() => hv.restore(input.vmid, input.volid, input.key));
+      return hv.restore(input.vmid, input.volid, input.key);
     },
   };
 }
@@ -170,4 +123,4 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
 export type VpsActivities = ReturnType<typeof createVpsActivities>;
 
 /** Types the workflows need (they may import activities' types, not providers). */
-export type { BackupMode, MachineState, PowerTaskKind } from '../providers/hypervisor.provider';
+export type { BackupMode, MachineState, PowerTaskKind } from '../../providers/hypervisor.provider';

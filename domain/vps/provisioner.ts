@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
-import { attachVpsMachine } from '../domain/vps';
-import type { HypervisorProvider, MachineType } from './hypervisor.provider';
-import type { ProvisionTarget, ServiceProvisioner } from './provisioning';
+import type { HypervisorProvider, MachineType } from '../../providers/hypervisor.provider';
+import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
+import { attachVpsMachine, detachVpsMachine, findServer } from './store';
 
 /** Machine sizes of the VPS products of the catalog (db/seeds/orders.seed.ts); others get the smallest. */
 const SIZES: Record<string, { cores: number; memoryMb: number; diskGb: number; type?: MachineType }> = {
@@ -40,9 +40,17 @@ export class VpsProvisioner implements ServiceProvisioner {
   }
 
   async isActive(service: ProvisionTarget): Promise<boolean> {
-    const server = await this.db('vps_servers').where({ service_id: service.id }).first();
+    const server = await findServer(this.db, service.id);
     if (!server) return false;
     const guest = await this.hypervisor.guest(server.vmid);
     return guest.agentReady;
+  }
+
+  /** Destroys the machine and forgets it; its backups stay on the backup storage. */
+  async deprovision(service: ProvisionTarget): Promise<void> {
+    const server = await findServer(this.db, service.id);
+    if (!server) return;
+    await this.hypervisor.destroyMachine(server.vmid);
+    await detachVpsMachine(this.db, service.id);
   }
 }

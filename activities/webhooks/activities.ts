@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
-import type { Config } from '../common/config';
-import type { Keyring } from '../common/crypto';
-import type { Logger } from '../common/logger';
-import type { Db } from '../db/knex';
-import { postWebhook } from '../domain/webhooks/delivery-client';
-import { signPayload } from '../domain/webhooks/signature';
-import { WEBHOOK_SECRET_PURPOSE, type DeliveryRow } from '../domain/webhooks/webhooks';
+import type { Config } from '../../common/config';
+import type { Keyring } from '../../common/crypto';
+import type { Logger } from '../../common/logger';
+import type { Db } from '../../db/knex';
+import { postWebhook } from '../../domain/webhooks/delivery-client';
+import { signPayload } from '../../domain/webhooks/signature';
+import { WEBHOOK_SECRET_PURPOSE, type DeliveryRow } from '../../domain/webhooks/webhooks';
 
 export interface DeliveryAttemptInput {
   deliveryId: string;

@@ -1,79 +1,19 @@
 import { z } from 'zod';
-import { formatId, newUlidId } from '../../common/ids';
-import { emitEvent } from '../../domain/events';
-import { checkTarget, TargetRejected } from '../../domain/webhooks/targets';
-import {
-  eventBody,
-  findDelivery,
-  findWebhook,
-  MAX_WEBHOOKS_PER_ACCOUNT,
-  newWebhookSecret,
-  presentDelivery,
-  presentWebhook,
-  restartDeliveryWorkflow,
-  SUBSCRIBABLE_EVENTS,
-  WEBHOOK_SECRET_PURPOSE,
-  type DeliveryRow,
-  type WebhookRow,
-} from '../../domain/webhooks/webhooks';
-import type { AppDeps } from '../deps';
-import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../errors';
-import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
-import { defineRoute } from '../route';
-import { idParam, listOf } from '../schemas';
+import { formatId, newUlidId } from '../../../common/ids';
+import { emitEvent } from '../../../domain/events';
+import { checkTarget, TargetRejected } from '../../../domain/webhooks/targets';
+import { eventBody, findDelivery, findWebhook, MAX_WEBHOOKS_PER_ACCOUNT, newWebhookSecret, presentDelivery, presentWebhook, presentWebhookWithSecret, restartDeliveryWorkflow, SUBSCRIBABLE_EVENTS, WEBHOOK_SECRET_PURPOSE, type DeliveryRow, type WebhookRow } from '../../../domain/webhooks/webhooks';
+import type { AppDeps } from '../../deps';
+import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../../errors';
+import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
+import { defineRoute } from '../../route';
+import { listOf } from '../../schemas';
 
+import { CreateBody, deliveryParams, UpdateBody, WebhookDeliverySchema, webhookParams, WebhookSchema, WebhookWithSecretSchema } from './schemas';
 /**
  * Webhooks (SPEC Endpoints "Webhooks", Events; DECISIONS "Webhook delivery record"). How deliveries
  * work, and the choices SPEC leaves open, are in docs/webhooks.md.
  */
-const ts = z.string().nullable().meta({ description: 'ISO 8601 timestamp' });
-
-export const WebhookSchema = z
-  .object({
-    object: z.literal('webhook'),
-    id: z.string().meta({ example: 'whk_1' }),
-    url: z.string(),
-    events: z.array(z.string()),
-    enabled: z.boolean(),
-    consecutive_failures: z.number().int().meta({ description: 'Failed deliveries in a row; reset by a delivered one and when the webhook is re-enabled.' }),
-    created_at: ts,
-  })
-  .meta({ id: 'Webhook' });
-
-export const WebhookWithSecretSchema = WebhookSchema.extend({
-  secret: z.string().meta({ description: 'Signing secret. Shown only here; store it now.' }),
-}).meta({ id: 'WebhookWithSecret' });
-
-export const WebhookDeliverySchema = z
-  .object({
-    object: z.literal('webhook_delivery'),
-    id: z.string().meta({ example: 'dlv_01JD0000000000000000000000' }),
-    webhook: z.string(),
-    event_id: z.string(),
-    event_type: z.string(),
-    status: z.enum(['queued', 'delivered', 'failed']),
-    attempts: z.number().int().meta({ description: 'HTTP attempts made for this delivery (redeliveries included).' }),
-    body: z.string().meta({ description: 'The exact signed request body.' }),
-    last_status: z.number().int().nullable().meta({ description: 'HTTP status of the last attempt; null when it got no answer.' }),
-    last_error: z.string().nullable(),
-    next_attempt_at: ts,
-    created_at: ts,
-    delivered_at: ts,
-  })
-  .meta({ id: 'WebhookDelivery' });
-
-const urlField = z.string().min(1).max(2048).meta({ description: 'https URL reachable from the public internet.', example: 'https://hooks.example.com/cloud' });
-const eventsField = z
-  .array(z.string().max(100))
-  .min(1)
-  .max(20)
-  .meta({ description: `Event types to receive: ${SUBSCRIBABLE_EVENTS.map((e) => `\`${e}\``).join(', ')} (\`*\` is every type, including future ones).` });
-
-const CreateBody = z.object({ url: urlField, events: eventsField, enabled: z.boolean().optional() }).strict();
-const UpdateBody = z.object({ url: urlField.optional(), events: eventsField.optional(), enabled: z.boolean().optional() }).strict();
-
-const webhookParams = z.object({ id: idParam('whk_1') });
-const deliveryParams = z.object({ id: idParam('whk_1'), delivery_id: idParam('dlv_01JD0000000000000000000000') });
 
 function checkEvents(events: string[]): string[] {
   const errors: FieldError[] = [];
@@ -134,7 +74,7 @@ export const webhookRoutes = [
           .returning('*');
         return inserted;
       });
-      const view = presentWebhook(row, secret);
+      const view = presentWebhookWithSecret(row, secret);
       return { status: 201, headers: { Location: `/v1/webhooks/${view.id}` }, body: view };
     },
   }),
@@ -259,7 +199,7 @@ export const webhookRoutes = [
         .where({ id: current.id })
         .update({ secret_sealed: deps.keyring.encrypt(WEBHOOK_SECRET_PURPOSE, secret), updated_at: deps.db.fn.now() })
         .returning('*');
-      return { body: presentWebhook(row, secret) };
+      return { body: presentWebhookWithSecret(row, secret) };
     },
   }),
   defineRoute({
@@ -284,7 +224,7 @@ export const webhookRoutes = [
         const event = await emitEvent(trx, {
           accountId: principal.accountId,
           type: 'webhook.ping',
-          data: { object: 'ping', webhook: formatId('whk', webhook.id) },
+          data: { object: 'ping' as const, webhook: formatId('whk', webhook.id) },
         });
         const [row] = await trx('webhook_deliveries')
           .insert({

@@ -1,0 +1,63 @@
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
+
+/**
+ * What every family's activities share: backend errors mapped once to Temporal's retry semantics,
+ * and the heartbeating poll that waits for a backend to reach a state.
+ */
+
+/**
+ * A backend's refusal or a vanished resource will not change on retry: the activity fails for good
+ * (the workflow records `upstream_error` with the backend's message). An unreachable backend is
+ * retried by the activity's retry policy. Anything else is left to that policy too.
+ */
+export function toActivityFailure(err: unknown): unknown {
+  if (err instanceof BackendRefusedError || err instanceof BackendGoneError) {
+    return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: true, details: [{ backend: err.backend }] });
+  }
+  if (err instanceof BackendUnavailableError) {
+    return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: false, details: [{ backend: err.backend }] });
+  }
+  return err;
+}
+
+/** Applies toActivityFailure to every activity of a factory's result; registered once in activities/index.ts. */
+export function withBackendErrors<T extends Record<string, unknown>>(activities: T): T {
+  const wrapped: Record<string, unknown> = {};
+  for (const [name, fn] of Object.entries(activities)) {
+    if (typeof fn !== 'function') {
+      wrapped[name] = fn;
+      continue;
+    }
+    // A named function keeps the activity's name in stack traces.
+    wrapped[name] = {
+      async [name](...args: unknown[]) {
+        try {
+          return await (fn as (...a: unknown[]) => Promise<unknown>)(...args);
+        } catch (err) {
+          throw toActivityFailure(err);
+        }
+      },
+    }[name];
+  }
+  return wrapped as T;
+}
+
+/**
+ * Polls `read` until `done`, heartbeating, so that a dead worker's wait is picked up by another
+ * worker. An unreachable backend is waited out here (bounded by the activity's timeout); any other
+ * error ends the wait.
+ */
+export async function pollUntil<T>(read: () => Promise<T>, done: (value: T) => boolean, intervalMs: number): Promise<T> {
+  const ctx = Context.current();
+  for (;;) {
+    try {
+      const value = await read();
+      if (done(value)) return value;
+    } catch (err) {
+      if (!(err instanceof BackendUnavailableError)) throw err;
+    }
+    ctx.heartbeat();
+    await ctx.sleep(intervalMs);
+  }
+}

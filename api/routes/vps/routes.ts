@@ -1,0 +1,446 @@
+import { z } from 'zod';
+import { formatId } from '../../../common/ids';
+import type { Principal } from '../../../domain/principal';
+import { requireCapability } from '../../../domain/services';
+import {
+  claimReinstall,
+  findVisibleVps,
+  lockNotReinstalling,
+  recordHostname,
+  recordMachinePlacement,
+  refuseWhileReinstalling,
+  requireMachine,
+  splitVpsRow,
+  visibleVpsQuery,
+  type VpsServerRow,
+  type VpsTarget,
+} from '../../../domain/vps/store';
+import { ROOT_PASSWORD_PURPOSE } from '../../../domain/vps/secrets';
+import { liveRead } from '../../../providers/errors';
+import { BACKUP_ID_PATTERN, TIMEFRAMES, type BackupVolume } from '../../../providers/hypervisor.provider';
+import type { AppDeps } from '../../deps';
+import { notFound, unsupportedForProduct, validationFailed } from '../../errors';
+import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { defineRoute } from '../../route';
+import { OperationSchema, listOf } from '../../schemas';
+import { startOperation, type OperationStart } from '../../start-operation';
+import {
+  BackupBody,
+  backupParams,
+  backupSortKey,
+  ConsoleBody,
+  ConsoleTicketSchema,
+  HostnameBody,
+  idParams,
+  PowerBody,
+  presentBackup,
+  presentVps,
+  ReinstallBody,
+  VpsBackupSchema,
+  VpsConfigSchema,
+  VpsIpSchema,
+  VpsMetricsSchema,
+  VpsSchema,
+  VpsTemplateSchema,
+} from './schemas';
+
+/**
+ * Virtual servers (SPEC "VPS"). `{id}` is the VPS service (`svc_<n>`); the machine behind it is
+ * found in `vps_servers`. Lists come from the database with live fields null; single reads ask the
+ * hypervisor and fall back to null live fields; power, reinstall, backup and restore are operations.
+ * Hypervisor refusals and vanished machines answer 409 and an unreachable hypervisor 503, mapped
+ * once for every family in api/app.ts.
+ */
+const TAG = 'Virtual servers';
+
+/** Reads that need the machine answer 409 while it is not on the hypervisor (yet, or any more). */
+const NO_MACHINE = { status: 409, description: 'The VPS has no machine on the hypervisor, yet or any more (`conflict`)' };
+
+/** A backup id of this VPS's machine, or 400 (malformed) / 404 (not one of its backups). */
+async function findOwnBackup(deps: AppDeps, server: VpsServerRow, backupId: string): Promise<BackupVolume> {
+  if (!BACKUP_ID_PATTERN.test(backupId)) {
+    throw validationFailed([{ param: 'backup_id', message: 'must look like <storage>:backup/<archive_file_name>, URL-encoded in the path' }]);
+  }
+  const backups = await deps.providers.hypervisor.listBackups(server.vmid);
+  const backup = backups.find((b) => b.volid === backupId);
+  if (!backup) throw notFound('backup');
+  return backup;
+}
+
+const resourceOf = (target: VpsTarget) => ({ object: 'vps' as const, id: formatId('svc', target.service.id) });
+
+/** A visible VPS whose `capability` is true, with the machine that backs it (409 when it has none yet). */
+async function machineTarget(deps: AppDeps, principal: Principal, id: string, capability: string) {
+  const target = await findVisibleVps(deps.db, principal, id);
+  requireCapability(target.service, capability);
+  return { target, server: requireMachine(target) };
+}
+
+/** The VPS a power, backup or restore action acts on: a machineTarget not being reinstalled (409 names `what`). */
+async function actionTarget(deps: AppDeps, principal: Principal, id: string, capability: string, what: string) {
+  const action = await machineTarget(deps, principal, id, capability);
+  refuseWhileReinstalling(action.server, what);
+  return action;
+}
+
+/** Starts a power, backup or restore operation; the reinstall lock is checked again in its transaction. */
+function startVpsAction<W extends 'vpsPowerWorkflow' | 'vpsBackupWorkflow' | 'vpsRestoreWorkflow'>(
+  deps: AppDeps,
+  principal: Principal,
+  { target, server }: { target: VpsTarget; server: VpsServerRow },
+  what: string,
+  start: Pick<OperationStart<W>, 'type' | 'workflow' | 'input'>,
+) {
+  return startOperation(deps, principal, {
+    ...start,
+    resource: resourceOf(target),
+    serviceId: server.service_id,
+    initialStatus: 'running',
+    inTransaction: (trx) => lockNotReinstalling(trx, server.service_id, what),
+  });
+}
+
+export const vpsRoutes = [
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps',
+    operationId: 'listVps',
+    summary: 'List virtual servers',
+    description: 'From the control plane\'s database: `state`, `os_hostname`, `uptime_seconds`, `cpu`, `memory` and `disk` are `null` (read one VPS for live values).',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'A page of VPS, newest first', schema: listOf(VpsSchema, 'VpsList') }],
+    async handler({ query, principal, deps }) {
+      const qb = visibleVpsQuery(deps.db, principal);
+      const page = await keysetPage(qb, { cursors: deps.cursors, list: listFingerprint('vps', {}), column: 'services.id', limit: query.limit, cursor: query.cursor });
+      const data = page.rows.map((row) => {
+        const { service, server } = splitVpsRow(row);
+        return presentVps(service, server, null);
+      });
+      return { body: listEnvelope(data, page) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps/{id}',
+    operationId: 'getVps',
+    summary: 'Get a virtual server with its live state',
+    description: 'Live fields come from the hypervisor; if it does not answer in time they are `null` and the call still succeeds.',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    responses: [{ status: 200, description: 'The VPS', schema: VpsSchema }],
+    async handler({ params, principal, deps }) {
+      const target = await findVisibleVps(deps.db, principal, params.id);
+      const { server } = target;
+      const live = server ? await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.hypervisor.status(server.vmid)) : null;
+      if (server && live && (live.node !== server.node || live.name !== server.hostname)) {
+        await recordMachinePlacement(deps.db, server.service_id, { node: live.node, hostname: live.name });
+      }
+      return { body: presentVps(target.service, server, live) };
+    },
+  }),
+  defineRoute({
+    method: 'patch',
+    path: '/v1/vps/{id}',
+    operationId: 'updateVps',
+    summary: 'Rename a virtual server',
+    description:
+      'Body `hostname`. On `lxc` the container\'s hostname changes immediately. On `qemu` the VM is renamed now (`hostname`) and the guest OS picks the name up at its next boot: until a reboot, `os_hostname` still shows the old name.',
+    tag: TAG,
+    scope: 'vps:write',
+    credential: 'credential',
+    marks: ['R', 'I'],
+    params: idParams,
+    body: HostnameBody,
+    exampleBody: { hostname: 'web-2.example.com' },
+    responses: [{ status: 200, description: 'The VPS after the rename', schema: VpsSchema }],
+    async handler({ params, body, principal, deps }) {
+      const { target, server } = await machineTarget(deps, principal, params.id, 'rename');
+      await deps.providers.hypervisor.setHostname(server.vmid, body.hostname);
+      await recordHostname(deps.db, server.service_id, body.hostname);
+      const live = await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.hypervisor.status(server.vmid));
+      return { body: presentVps(target.service, { ...server, hostname: body.hostname }, live) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps/{id}/config',
+    operationId: 'getVpsConfig',
+    summary: 'Get the hypervisor configuration of a virtual server',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    responses: [{ status: 200, description: 'The configuration', schema: VpsConfigSchema }, NO_MACHINE],
+    async handler({ params, principal, deps }) {
+      const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
+      const c = await deps.providers.hypervisor.config(server.vmid);
+      return {
+        body: {
+          object: 'vps_config' as const,
+          vmid: c.vmid,
+          node: c.node,
+          type: c.type,
+          cores: c.cores,
+          memory_mb: c.memoryMb,
+          boot_disk: c.bootDisk,
+          os_type: c.osType,
+          hostname: c.hostname,
+        },
+      };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps/{id}/ips',
+    operationId: 'listVpsIps',
+    summary: 'List the IP addresses of a virtual server',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'IPv4 and IPv6 addresses', schema: listOf(VpsIpSchema, 'VpsIpList') }, NO_MACHINE],
+    async handler({ params, query, principal, deps }) {
+      const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
+      const ips = await deps.providers.hypervisor.ips(server.vmid);
+      const page = pageOfItems(deps.cursors, listFingerprint(`vps.ips:${server.service_id}`, {}), ips, (ip) => `${ip.version}|${ip.address}`, query);
+      return { body: listEnvelope(page.data.map((ip) => ({ object: 'vps_ip' as const, ...ip })), page) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps/{id}/templates',
+    operationId: 'listVpsTemplates',
+    summary: 'List the templates a virtual server can be reinstalled with',
+    description: 'Depends on the machine type (`qemu` or `lxc`) and on the node it runs on.',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'Templates', schema: listOf(VpsTemplateSchema, 'VpsTemplateList') }, NO_MACHINE],
+    async handler({ params, query, principal, deps }) {
+      const { server } = await machineTarget(deps, principal, params.id, 'templates');
+      const templates = await deps.providers.hypervisor.templates(server.vmid);
+      const page = pageOfItems(deps.cursors, listFingerprint(`vps.templates:${server.service_id}`, {}), templates, (t) => t.id, query);
+      return { body: listEnvelope(page.data.map((t) => ({ object: 'vps_template' as const, ...t })), page) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps/{id}/metrics',
+    operationId: 'getVpsMetrics',
+    summary: 'Get usage metrics of a virtual server',
+    description:
+      'Query `timeframe` (default `hour`) selects the period and, with it, the resolution, which is not configurable: `hour` minute points, `day` 30-minute points, `week` 3-hour points, `month` 12-hour points, `year` weekly points. Oldest point first.',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ timeframe: z.enum(TIMEFRAMES).default('hour') }),
+    responses: [{ status: 200, description: 'The metric series', schema: VpsMetricsSchema }, NO_MACHINE],
+    async handler({ params, query, principal, deps }) {
+      const { server } = await machineTarget(deps, principal, params.id, 'metrics');
+      const points = await deps.providers.hypervisor.metrics(server.vmid, query.timeframe);
+      return {
+        body: {
+          object: 'vps_metrics' as const,
+          timeframe: query.timeframe,
+          data: points.map((p) => ({
+            time: p.time,
+            cpu_percent: p.cpuPercent,
+            memory_bytes: p.memoryBytes,
+            disk_read_bytes: p.diskReadBytes,
+            disk_write_bytes: p.diskWriteBytes,
+            net_in_bytes: p.netInBytes,
+            net_out_bytes: p.netOutBytes,
+          })),
+        },
+      };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/vps/{id}/console',
+    operationId: 'createVpsConsoleTicket',
+    summary: 'Open a console on a virtual server',
+    description:
+      'Single-use ticket giving full OS access, bypassing network and SSH. Body `type`: `vnc` (default; `url` for a browser client) or `spice` (qemu only; `file` is a remote-viewer file that contains the password). Never replayed by Idempotency-Key, never cached, never logged.',
+    tag: TAG,
+    scope: 'vps:console',
+    credential: 'credential',
+    marks: ['R'],
+    returnsSecret: true,
+    params: idParams,
+    body: ConsoleBody,
+    exampleBody: { type: 'vnc' },
+    responses: [{ status: 201, description: 'The console ticket', schema: ConsoleTicketSchema }],
+    async handler({ params, body, principal, deps }) {
+      const { server } = await machineTarget(deps, principal, params.id, 'console');
+      if (body.type === 'spice' && server.type !== 'qemu') throw unsupportedForProduct('console type spice');
+      const grant = await deps.providers.hypervisor.consoleTicket(server.vmid, body.type);
+      return {
+        status: 201,
+        body: { object: 'console_ticket' as const, type: grant.type, url: grant.url, file: grant.file, expires_at: grant.expiresAt.toISOString() },
+      };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/vps/{id}/power',
+    operationId: 'powerVps',
+    summary: 'Start, stop or reboot a virtual server',
+    description:
+      'Body `action`: `start`, `stop` or `reboot`. Answers 202 as soon as the order is issued; the `vps.power` operation succeeds when the machine has reached the state (`reboot`: stop, wait, start, ends `running`). `409 conflict` while a reinstall runs.',
+    tag: TAG,
+    scope: 'vps:power',
+    credential: 'credential',
+    marks: ['R', 'A', 'I'],
+    params: idParams,
+    body: PowerBody,
+    exampleBody: { action: 'reboot' },
+    responses: [{ status: 202, description: 'The `vps.power` operation', schema: OperationSchema }],
+    async handler({ params, body, principal, deps }) {
+      const action = await actionTarget(deps, principal, params.id, 'power', 'a power action');
+      return startVpsAction(deps, principal, action, 'a power action', {
+        type: 'vps.power',
+        workflow: 'vpsPowerWorkflow',
+        input: { serviceId: action.server.service_id, vmid: action.server.vmid, action: body.action },
+      });
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/vps/{id}/reinstall',
+    operationId: 'reinstallVps',
+    summary: 'Reinstall a virtual server from a template',
+    description:
+      'Body `template` (an id of GET /v1/vps/{id}/templates) and `root_password`. Wipes the whole disk; the IP addresses are kept. The `vps.reinstall` operation reports its stages (`provision`, `boot`, `health_check`) in `progress` and `result.stage`, and may take minutes. `reinstalling` is true until it ends; power actions, backups, restores and a second reinstall get `409 conflict` meanwhile. The password is sealed at rest until the hypervisor has it, then deleted; it appears in no response, log or workflow history.',
+    tag: TAG,
+    scope: 'vps:write',
+    credential: 'credential',
+    marks: ['D', 'A', 'I'],
+    params: idParams,
+    body: ReinstallBody,
+    exampleBody: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long and random passphrase' },
+    responses: [{ status: 202, description: 'The `vps.reinstall` operation', schema: OperationSchema }],
+    async handler({ params, body, principal, deps }) {
+      const { target, server } = await machineTarget(deps, principal, params.id, 'reinstall');
+      refuseWhileReinstalling(server, 'another reinstall');
+      const templates = await deps.providers.hypervisor.templates(server.vmid);
+      if (!templates.some((t) => t.id === body.template)) {
+        throw validationFailed([{ param: 'template', message: 'is not a template of this VPS (see GET /v1/vps/{id}/templates)' }]);
+      }
+      const sealed = deps.keyring.encrypt(ROOT_PASSWORD_PURPOSE, body.root_password);
+      // The flag and the sealed password are written with the operation row: all or nothing. If the
+      // workflow cannot start, the row is taken back, and with it (foreign keys) the flag and the password.
+      return startOperation(deps, principal, {
+        type: 'vps.reinstall',
+        workflow: 'vpsReinstallWorkflow',
+        input: { serviceId: server.service_id, vmid: server.vmid, template: body.template },
+        resource: resourceOf(target),
+        serviceId: server.service_id,
+        initialStatus: 'running',
+        inTransaction: (trx, operationId) => claimReinstall(trx, server.service_id, operationId, sealed),
+      });
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/vps/{id}/backups',
+    operationId: 'listVpsBackups',
+    summary: 'List the backups of a virtual server',
+    description: 'Read from the hypervisor\'s backup storage, newest first. A backup being made appears once it is complete, with its final size.',
+    tag: TAG,
+    scope: 'vps:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'Backups', schema: listOf(VpsBackupSchema, 'VpsBackupList') }, NO_MACHINE],
+    async handler({ params, query, principal, deps }) {
+      const { server } = await machineTarget(deps, principal, params.id, 'backups');
+      const backups = await deps.providers.hypervisor.listBackups(server.vmid);
+      const page = pageOfItems(deps.cursors, listFingerprint(`vps.backups:${server.service_id}`, {}), backups, backupSortKey, query);
+      return { body: listEnvelope(page.data.map(presentBackup), page) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/vps/{id}/backups',
+    operationId: 'createVpsBackup',
+    summary: 'Back up a virtual server',
+    description:
+      'Body `mode`: `snapshot` (default, the machine keeps running), `suspend` or `stop`. The `vps.backup` operation carries `result.backup_id` once the task is queued and succeeds when the backup appears in the list, with `result.size_bytes`.',
+    tag: TAG,
+    scope: 'vps:write',
+    credential: 'credential',
+    marks: ['R', 'A', 'I'],
+    params: idParams,
+    body: BackupBody,
+    exampleBody: { mode: 'snapshot' },
+    responses: [{ status: 202, description: 'The `vps.backup` operation', schema: OperationSchema }],
+    async handler({ params, body, principal, deps }) {
+      const action = await actionTarget(deps, principal, params.id, 'backups', 'a backup');
+      return startVpsAction(deps, principal, action, 'a backup', {
+        type: 'vps.backup',
+        workflow: 'vpsBackupWorkflow',
+        input: { serviceId: action.server.service_id, vmid: action.server.vmid, mode: body.mode as 'snapshot' | 'suspend' | 'stop' },
+      });
+    },
+  }),
+  defineRoute({
+    method: 'delete',
+    path: '/v1/vps/{id}/backups/{backup_id}',
+    operationId: 'deleteVpsBackup',
+    summary: 'Delete a backup of a virtual server',
+    description: '`backup_id` contains `:` and `/`: URL-encode it (`local%3Abackup%2Fvzdump-...`). A backup of another VPS is `404`.',
+    tag: TAG,
+    scope: 'vps:write',
+    credential: 'credential',
+    marks: ['D', 'I'],
+    params: backupParams,
+    responses: [{ status: 204, description: 'Deleted' }],
+    async handler({ params, principal, deps }) {
+      const { server } = await machineTarget(deps, principal, params.id, 'backups');
+      const backup = await findOwnBackup(deps, server, params.backup_id);
+      if (!(await deps.providers.hypervisor.deleteBackup(backup.volid))) throw notFound('backup');
+      return { status: 204 };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/vps/{id}/backups/{backup_id}/restore',
+    operationId: 'restoreVpsBackup',
+    summary: 'Restore a backup over a virtual server',
+    description:
+      'Checks first that the backup belongs to this VPS (`404` otherwise; a malformed id is `400`). The `vps.restore` operation powers the machine off and overwrites its whole disk; the machine is left stopped. `409 conflict` while a reinstall runs.',
+    tag: TAG,
+    scope: 'vps:write',
+    credential: 'credential',
+    marks: ['D', 'A', 'I'],
+    params: backupParams,
+    responses: [{ status: 202, description: 'The `vps.restore` operation', schema: OperationSchema }],
+    async handler({ params, principal, deps }) {
+      const action = await actionTarget(deps, principal, params.id, 'restore', 'a restore');
+      const backup = await findOwnBackup(deps, action.server, params.backup_id);
+      return startVpsAction(deps, principal, action, 'a restore', {
+        type: 'vps.restore',
+        workflow: 'vpsRestoreWorkflow',
+        input: { serviceId: action.server.service_id, vmid: action.server.vmid, backupId: backup.volid },
+      });
+    },
+  }),
+];
+

@@ -1,0 +1,42 @@
+import type { Knex } from 'knex';
+import type { OperationResource, OperationType, OperationView, OperationWorkflow, WorkflowInput } from '../domain/operations';
+import type { Principal } from '../domain/principal';
+import type { AppDeps } from './deps';
+
+/**
+ * The one way a route starts an operation (SPEC convention 5): the operation row and the workflow
+ * (same id) are created, and the route answers `202` with `Location` and the operation. The
+ * workflow is named by its function in workflows/index.ts, which types its input.
+ */
+export interface OperationStart<W extends OperationWorkflow> {
+  type: OperationType;
+  workflow: W;
+  input: WorkflowInput<W>;
+  /** The resource the operation runs on (`{object: 'vps', id: 'svc_1'}`). */
+  resource: OperationResource;
+  /** The service it belongs to: visibility of the operation follows the service's. */
+  serviceId: number | null;
+  /** `running` for actions that start at once; `pending` (default) when the workflow decides. */
+  initialStatus?: 'pending' | 'running';
+  /** Runs in the transaction that creates the operation row (claim a lock, store a sealed secret). */
+  inTransaction?: (trx: Knex.Transaction, operationId: string) => Promise<void>;
+}
+
+export interface Accepted {
+  status: 202;
+  headers: { Location: string };
+  body: OperationView;
+}
+
+export function accepted(op: OperationView): Accepted {
+  return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: op };
+}
+
+export async function startOperation<W extends OperationWorkflow>(
+  deps: Pick<AppDeps, 'operations'>,
+  principal: Principal,
+  start: OperationStart<W>,
+): Promise<Accepted> {
+  const op = await deps.operations.start({ principal, ...start });
+  return accepted(op);
+}
