@@ -106,20 +106,25 @@ export function createMcpServer(options: McpServerOptions): McpServer {
       return localError('validation_failed', `timeout_seconds: must be an integer from 1 to ${WAIT_MAX_SECONDS}`, 'timeout_seconds');
     }
     const progressToken = request.params._meta?.progressToken;
+    // Notifications in order, all sent before the result: a client stops listening for progress once it has the result.
+    let notified: Promise<void> = Promise.resolve();
     try {
       const outcome = await waitForOperation(options.api, id, {
         timeoutMs: timeout * 1000,
         signal: extra.signal,
         onState: (op) => {
           if (progressToken === undefined) return;
-          void extra
-            .sendNotification({
-              method: 'notifications/progress',
-              params: { progressToken, progress: op.progress ?? 0, total: 100, message: `${op.type} ${op.status}` },
-            })
+          notified = notified
+            .then(() =>
+              extra.sendNotification({
+                method: 'notifications/progress',
+                params: { progressToken, progress: op.progress ?? 0, total: 100, message: `${op.type} ${op.status}` },
+              }),
+            )
             .catch(() => undefined);
         },
       });
+      await notified;
       if (outcome.kind === 'error') return toToolResult(outcome.response);
       if (outcome.kind === 'done') return toToolResult(outcome.response);
       if (!outcome.response) return localError('timeout', `No state of ${id} could be read within ${timeout} s.`, null, 'api_error');
