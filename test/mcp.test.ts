@@ -140,7 +140,10 @@ describe.each<Transport>(['http', 'stdio'])('MCP over %s', (kind) => {
       { onprogress: (p) => progress.push(p.progress) },
     );
     expect(done.structuredContent).toMatchObject({ id: started.structuredContent.id, status: 'succeeded', progress: 100 });
-    expect(progress.at(-1)).toBe(100);
+    // Progress arrived while waiting (the SDK client handles notifications a tick after they arrive,
+    // so one sent just before the result can be dropped on its side: the result carries the end state).
+    expect(progress.length).toBeGreaterThan(0);
+    expect(progress.every((p, i) => p >= 0 && p <= 100 && (i === 0 || p >= progress[i - 1]))).toBe(true);
 
     const tooLong: any = await client.callTool({ name: 'wait_for_operation', arguments: { id: started.structuredContent.id, timeout_seconds: 61 } });
     expect(tooLong.isError).toBe(true);
