@@ -34,6 +34,13 @@ function sourceFingerprint(): string {
   };
   for (const dir of SOURCE_DIRS) visit(path.join(ROOT, dir));
   hash.update(readFileSync(path.join(ROOT, 'package.json')));
+  // Another zod (or other dependency) can render the schemas differently.
+  try {
+    const lock = statSync(path.join(ROOT, 'package-lock.json'));
+    hash.update(`package-lock.json:${lock.size}:${lock.mtimeMs}\n`);
+  } catch {
+    // Installed from a tarball: no lockfile; package.json and the version cover it.
+  }
   return hash.digest('hex').slice(0, 20);
 }
 
