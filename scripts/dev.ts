@@ -133,16 +133,20 @@ async function main() {
   Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.
 
   API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
+  Reference    ${apiUrl}/docs
+  MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
                dev@example.test   / ${passwords.dev}   (narrower scopes and services)
 
-    curl -s ${apiUrl}/v1/sessions -H 'content-type: application/json' \\
-      -d '{"email":"owner@example.test","password":"${passwords.owner}"}'
+    npx cloud login --api-url ${apiUrl} --email owner@example.test
+    npx cloud services list
 
-  Then: Authorization: Bearer <token>. Ctrl-C stops everything.
+  or: curl -s ${apiUrl}/v1/sessions -H 'content-type: application/json' \\
+        -d '{"email":"owner@example.test","password":"${passwords.owner}"}'
+      then Authorization: Bearer <token>. Ctrl-C stops everything.
 `);
 }
 

@@ -3,8 +3,21 @@ import { liveRead } from '../../providers/errors';
 import { formatId } from '../../common/ids';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
-import { AccountSchema, AuditLogSchema, iso, isoDateTime, listOf } from '../schemas';
+import { AccountSchema, AuditLogSchema, CredentialSchema, iso, isoDateTime, listOf } from '../schemas';
 import { AccountModel, type AuditLogModel } from '../../db/models';
+import type { Principal } from '../../domain/principal';
+
+function presentCredential(principal: Principal) {
+  return {
+    object: 'credential' as const,
+    id: principal.type === 'api_key' ? principal.credentialId : null,
+    type: principal.type,
+    scopes: [...principal.scopes].sort(),
+    service_allowlist: principal.serviceAllowlist.map((id) => formatId('svc', id)),
+    is_owner: principal.isOwner,
+    rate_limit_tier: principal.rateLimitTier,
+  };
+}
 
 function presentAuditLog(row: AuditLogModel) {
   return {
@@ -51,17 +64,25 @@ export const accountRoutes = [
           status: account.status,
           credit,
           currency: account.currency,
-          credential: {
-            object: 'credential' as const,
-            id: principal.type === 'api_key' ? principal.credentialId : null,
-            type: principal.type,
-            scopes: [...principal.scopes].sort(),
-            service_allowlist: principal.serviceAllowlist.map((id) => formatId('svc', id)),
-            is_owner: principal.isOwner,
-            rate_limit_tier: principal.rateLimitTier,
-          },
+          credential: presentCredential(principal),
         },
       };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/account/credential',
+    operationId: 'getCurrentCredential',
+    summary: 'The credential in use: its type, effective scopes and service allowlist',
+    description:
+      'Answers for any valid credential, whatever its scopes, so that a client (the `cloud` CLI, the MCP server) can tell which calls it may make. The same object as `credential` in the account.',
+    tag: 'Account',
+    scope: null,
+    credential: 'credential',
+    marks: [],
+    responses: [{ status: 200, description: 'The credential in use', schema: CredentialSchema }],
+    async handler({ principal }) {
+      return { body: presentCredential(principal) };
     },
   }),
   defineRoute({
