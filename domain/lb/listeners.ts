@@ -129,7 +129,7 @@ function healthCheckErrors(listener: LbListener, i: number): FieldError[] {
     errors.push({ param: `${at}.interval_seconds`, message: `must be an integer from ${min} to ${max}` });
   }
   if (check.path !== undefined && check.path !== null) {
-    if (listener.protocol !== 'http') errors.push({ param: `${at}.path`, message: 'only http listeners check a path; tcp listeners check that the port accepts connections' });
+    if (listener.protocol === 'tcp') errors.push({ param: `${at}.path`, message: 'only http listeners check a path; tcp listeners check that the port accepts connections' });
     else if (typeof check.path !== 'string' || !HEALTH_CHECK_PATH_RE.test(check.path)) {
       errors.push({ param: `${at}.path`, message: 'must be an absolute path such as /healthz (URL characters only, no spaces or #)' });
     }

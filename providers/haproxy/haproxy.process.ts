@@ -18,10 +18,10 @@ export interface CheckResult {
   output: string;
 }
 
-/** `haproxy -c`: parses and checks the file without binding anything. */
+/** `haproxy -c`: parses and checks the file without binding anything (not `-q`: it would hide the alerts). */
 export function checkConfig(bin: string, configPath: string): Promise<CheckResult> {
   return new Promise((resolve, reject) => {
-    execFile(bin, ['-c', '-q', '-f', configPath], { timeout: 15_000, env: { PATH: process.env.PATH ?? '' } }, (err, stdout, stderr) => {
+    execFile(bin, ['-c', '-f', configPath], { timeout: 15_000, env: { PATH: process.env.PATH ?? '' } }, (err, stdout, stderr) => {
       if (err && (err as NodeJS.ErrnoException).code === 'ENOENT') return reject(err);
       resolve({ ok: !err, output: `${stdout}\n${stderr}` });
     });
