@@ -155,3 +155,23 @@ export function requireValidListeners(listeners: readonly LbListener[], options:
   if (errors.length > 0) throw validationFailed(errors);
   return normalizeListeners(listeners);
 }
+
+/**
+ * What each load-balancer product allows (the catalog's descriptions, db/seeds/orders.seed.ts):
+ * listeners per balancer and backends across all its listeners. Products not named here get the
+ * general LIMITS.
+ */
+export const PLAN_LIMITS: Record<string, { listeners: number; backends: number }> = {
+  'lb-s': { listeners: 10, backends: 50 },
+};
+
+/** Problems of a set that is valid but larger than the product allows (`param` is `listeners`). */
+export function planErrors(product: string | null, listeners: readonly LbListener[]): FieldError[] {
+  const plan = (product && PLAN_LIMITS[product]) || null;
+  if (!plan) return [];
+  const backends = listeners.reduce((n, l) => n + (Array.isArray(l.backends) ? l.backends.length : 0), 0);
+  const errors: FieldError[] = [];
+  if (listeners.length > plan.listeners) errors.push({ param: 'listeners', message: `this load balancer's plan allows ${plan.listeners} listeners` });
+  if (backends > plan.backends) errors.push({ param: 'listeners', message: `this load balancer's plan allows ${plan.backends} backends in all (the set has ${backends})` });
+  return errors;
+}

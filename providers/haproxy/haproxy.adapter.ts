@@ -1,4 +1,4 @@
-import { copyFile, mkdir, open, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, open, readFile, readdir, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { listenerErrors, normalizeListeners } from '../../domain/lb/listeners';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
@@ -197,6 +197,15 @@ export class HaproxyLbProvider implements LbProvider {
       await this.stopProcess(p);
       await rm(p.dir, { recursive: true, force: true });
     });
+  }
+
+  /** Destroys every balancer under the data directory (a test stack's teardown; not part of LbProvider). */
+  async destroyAll(): Promise<void> {
+    const entries = await readdir(this.options.dataDir).catch(() => [] as string[]);
+    for (const entry of entries) {
+      const id = /^svc-(\d+)$/.exec(entry);
+      if (id) await this.destroy(Number(id[1]));
+    }
   }
 
   // --- configuration --------------------------------------------------------------------------
