@@ -42,7 +42,10 @@ export const BackendTargetSchema = z.object({
 
 const HealthCheckSchema = z
   .object({
-    path: z.string().max(255).meta({ description: 'http listeners only: GET this path, healthy on 2xx/3xx (default `/`)', example: '/healthz' }).optional(),
+    path: z
+      .string()
+      .regex(HEALTH_CHECK_PATH_RE, 'must be an absolute path such as /healthz (URL characters only, no spaces or #)')
+      .meta({ description: 'http listeners only: GET this path, healthy on 2xx/3xx (default `/`)', example: '/healthz' }).optional(),
     interval_seconds: z.number().int().min(LIMITS.intervalSeconds.min).max(LIMITS.intervalSeconds.max),
   })
   .strict();
