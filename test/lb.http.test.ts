@@ -224,6 +224,8 @@ describe('load balancers on HAProxy, over HTTP', () => {
     expect((await stack.http.delete(`${path()}/backends/nope/127.0.0.1/${one.port}`, { token })).status).toBe(404);
     const badIp = await stack.http.delete(`${path()}/backends/six/not-an-ip/80`, { token });
     expect(badIp.body.error).toMatchObject({ code: 'validation_failed', param: 'ip' });
+    const badPort = await stack.http.delete(`${path()}/backends/six/127.0.0.1/http`, { token });
+    expect(badPort.body.error).toMatchObject({ code: 'validation_failed', param: 'port' });
   });
 
   it('reports stats from the stats socket: counters and per-backend health; a silent backend goes down', async () => {

@@ -253,18 +253,22 @@ export const lbRoutes = [
     responses: [{ status: 204, description: 'Removed and applied' }, NOT_BUILT],
     async handler({ params, principal, deps }) {
       const target = await capableTarget(deps, principal, params.id, 'backends');
+      const problems: FieldError[] = [];
       const ipProblem = backendIpProblem(params.ip);
-      if (ipProblem) throw validationFailed([{ param: 'ip', message: ipProblem }]);
+      if (ipProblem) problems.push({ param: 'ip', message: ipProblem });
+      const port = /^\d{1,5}$/.test(params.port) ? Number(params.port) : 0;
+      if (port < 1 || port > 65535) problems.push({ param: 'port', message: 'must be an integer from 1 to 65535' });
+      if (problems.length > 0) throw validationFailed(problems);
       await changeListeners(deps, target, (current) => {
         const listener = current.find((l) => l.name === params.listener);
         if (!listener) throw notFound('listener');
-        if (!listener.backends.some((b) => sameBackend(b, params.ip, params.port))) throw notFound('backend');
+        if (!listener.backends.some((b) => sameBackend(b, params.ip, port))) throw notFound('backend');
         if (listener.backends.length === 1) {
           throw validationFailed([
-            { param: 'listener', message: `${params.ip} port ${params.port} is the last backend of listener ${listener.name}; a listener needs one. Replace the listener set to remove the listener.` },
-          ] satisfies FieldError[]);
+            { param: 'listener', message: `${params.ip} port ${port} is the last backend of listener ${listener.name}; a listener needs one. Replace the listener set to remove the listener.` },
+          ]);
         }
-        return current.map((l) => (l === listener ? { ...l, backends: l.backends.filter((b) => !sameBackend(b, params.ip, params.port)) } : l));
+        return current.map((l) => (l === listener ? { ...l, backends: l.backends.filter((b) => !sameBackend(b, params.ip, port)) } : l));
       });
       return { status: 204 };
     },

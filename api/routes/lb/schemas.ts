@@ -136,7 +136,8 @@ export const backendParams = z.object({
   id: idParam('svc_1'),
   listener: z.string().min(1).max(64).meta({ example: 'web' }),
   ip: z.string().min(1).max(64).meta({ example: '10.0.0.11', description: 'An IPv6 address is percent-encoded (`2001%3Adb8%3A%3A11`)' }),
-  port: z.coerce.number().int().min(1).max(65535).meta({ example: 8080 }),
+  // Checked in the handler, after the load balancer is found: an invisible one is 404 whatever the path holds.
+  port: z.string().min(1).max(16).meta({ example: '8080', description: 'Integer 1 to 65535' }),
 });
 
 /** The listener set as the request gave it, in the providers' terms. */
