@@ -72,6 +72,17 @@ export const configSchema = z
     SIM_DELAY_SCALE: z.coerce.number().min(0).default(1),
     /** How often the worker looks for terminated services whose backend resources still exist (teardown). */
     TEARDOWN_SWEEP_INTERVAL: duration('5s'),
+    /** Load balancers: `haproxy` runs one HAProxy process per balancer on this host; `simulator` keeps them in PostgreSQL. */
+    LB_BACKEND: z.enum(['haproxy', 'simulator']).default('haproxy'),
+    /** Where balancers listen: one IPv4 address shared by all, or an IPv4 CIDR range giving each its own address. */
+    LB_BIND_ADDRESS: z
+      .string()
+      .default('127.77.0.0/16')
+      .refine((v) => /^\d{1,3}(\.\d{1,3}){3}(\/([89]|[12]\d|30))?$/.test(v), 'must be an IPv4 address or an IPv4 range such as 127.77.0.0/16 (prefix 8 to 30)'),
+    /** HAProxy balancers' configuration, pidfiles and sockets, one directory each (relative to the working directory). */
+    LB_DATA_DIR: z.string().default('.data/lb'),
+    /** How often the worker makes sure every balancer of a live service runs (restarted after a crash or a host restart). */
+    LB_KEEPER_INTERVAL: duration('60s'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,

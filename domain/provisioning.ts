@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
 import { VpsProvisioner } from './vps/provisioner';
+import { LbProvisioner } from './lb/provisioner';
 
 /**
  * Provisioning of the services an order creates, one provisioner per product family. A family
@@ -90,7 +91,9 @@ export class GenericProvisioner implements ServiceProvisioner {
 
 /** Every family's provisioner. A family with its own backend adds one line here. */
 export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring }): ProvisionerRegistry {
-  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers)).register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor));
+  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
+    .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
+    .register('lb', new LbProvisioner(deps.db, deps.providers.lb));
 }
 
 /** What a provisioner needs to know about a service an order created (null for seeded services). */

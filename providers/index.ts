@@ -6,6 +6,9 @@ import { backendOf } from '../common/families';
 import type { BillingProvider } from './billing.provider';
 import type { ServiceBuildProvider } from './builds.provider';
 import type { HypervisorProvider } from './hypervisor.provider';
+import { HaproxyLbProvider } from './haproxy/haproxy.adapter';
+import type { LbProvider } from './lb.provider';
+import { LbSimulator } from './simulator/lb.simulator';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { BuildSimulator } from './simulator/build.simulator';
 import { HypervisorSimulator } from './simulator/hypervisor.simulator';
@@ -24,6 +27,8 @@ export interface Providers {
   builds: ServiceBuildProvider;
   /** VPS machines (qemu and lxc) on the hypervisor cluster. */
   hypervisor: HypervisorProvider;
+  /** Load balancers: one HAProxy process each (LB_BACKEND=haproxy) or the simulator. */
+  lb: LbProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
 }
@@ -39,7 +44,14 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const builds = withOutageSwitch(new BuildSimulator(db, tasks), switchboard, ([target]) => backendOf((target as { productFamily: string }).productFamily));
   const hypervisor = withOutageSwitch(new HypervisorSimulator(db, tasks), switchboard, 'vps');
-  return { switchboard, billing, builds, hypervisor, faults: tasks };
+  const lb = withOutageSwitch(
+    config.LB_BACKEND === 'simulator'
+      ? new LbSimulator(db, { bindAddress: config.LB_BIND_ADDRESS, delayScale: config.SIM_DELAY_SCALE })
+      : new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }),
+    switchboard,
+    'lb',
+  );
+  return { switchboard, billing, builds, hypervisor, lb, faults: tasks };
 }
 
 /**

@@ -31,14 +31,14 @@ describe('migrations', () => {
 describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
-    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0' }) }));
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator' }) }));
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0' }) }));
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator' }) }));
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 
@@ -53,5 +53,9 @@ describe('demo seed', () => {
     expect(users[1].all_services).toBe(false);
     const families = new Set((await database.db('services').where({ account_id: 1, status: 'active' })).map((s) => s.family));
     for (const family of ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']) expect(families).toContain(family);
+    // The seeded load balancer runs, with the demo listener in front of the API.
+    const balancers = await database.db('lb_balancers');
+    expect(balancers).toHaveLength(1);
+    expect(balancers[0].listeners.map((l: { name: string }) => l.name)).toEqual(['api']);
   });
 });

@@ -3,6 +3,7 @@ import { EventDispatcher } from '../domain/webhooks/dispatcher';
 import { simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
 import { terminateDueServices } from '../domain/orders/store';
+import { BalancerKeeper } from '../domain/lb/keeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -20,6 +21,8 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     new EventDispatcher(deps),
     // Terminated services: a teardown workflow each, until their resources are gone.
     new TeardownSweeper(deps),
+    // Load balancers: every balancer of a live service runs (after a host restart, after a crash).
+    new BalancerKeeper({ db: deps.db, lb: deps.providers.lb, logger: deps.logger, intervalMs: deps.config.LB_KEEPER_INTERVAL }),
     // What simulated backends do on their own (billing carries out due cancellations).
     ...simulatorLoops(deps.providers, deps, { carryOutCancellations: (today) => terminateDueServices(deps.db, deps.providers.billing, today) }),
   ];

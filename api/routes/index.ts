@@ -11,6 +11,7 @@ import { sessionRoutes } from './sessions.routes';
 import { vpsDevRoutes } from './vps/dev.routes';
 import { vpsRoutes } from './vps/routes';
 import { webhookRoutes } from './webhooks/routes';
+import { lbRoutes } from './lb/routes';
 
 /** A folder of routes: its public routes, and its local stand-ins under /_dev (CLOUD_DEV_ENDPOINTS=1). */
 interface RouteFolder {
@@ -23,6 +24,7 @@ const FAMILY_ROUTES: RouteFolder[] = [
   { routes: orderRoutes, dev: orderDevRoutes },
   { routes: webhookRoutes },
   { routes: vpsRoutes, dev: vpsDevRoutes },
+  { routes: lbRoutes },
 ];
 
 /**

@@ -5,6 +5,7 @@ import * as webhooks from './20261122000300_webhooks';
 import * as vps from './20261122000100_vps';
 import * as kit from './20261123000001_kit';
 import * as billing from './20261123000002_billing';
+import * as lb from './20261123000300_lb';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -17,6 +18,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000100_vps', vps],
   ['20261123000001_kit', kit],
   ['20261123000002_billing', billing],
+  ['20261123000300_lb', lb],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -3,6 +3,10 @@ import type { Server } from 'node:http';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { HaproxyLbProvider } from '../../providers/haproxy/haproxy.adapter';
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
@@ -60,6 +64,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const database = await createTestDatabase();
   const temporal = temporalKind === 'dev' ? await createDevServerEnv() : temporalKind === 'time-skipping' ? await createTimeSkippingEnv() : null;
   const taskQueue = `test-${randomBytes(4).toString('hex')}`;
+  // Load balancers (real HAProxy by default): this stack's own directory and loopback range.
+  const lbDataDir = await mkdtemp(path.join(tmpdir(), 'stack-lb-'));
+  const lbBindAddress = `127.${100 + (randomBytes(1)[0] % 100)}.${randomBytes(1)[0] % 250}.0/24`;
   const config = loadConfig({
     ...process.env,
     DATABASE_URL: database.url,
@@ -69,6 +76,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     NODE_ENV: 'test',
+    LB_DATA_DIR: lbDataDir,
+    LB_BIND_ADDRESS: lbBindAddress,
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
@@ -139,6 +148,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       await stopWorker();
       await api.close();
       await temporal?.teardown();
+      await new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).destroyAll();
+      await rm(lbDataDir, { recursive: true, force: true });
       await database.drop();
     },
   };
