@@ -1,6 +1,6 @@
 import { copyFile, mkdir, open, readFile, readdir, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { listenerErrors, normalizeListeners } from '../../domain/lb/listeners';
+import { listenerErrors, normalizeListeners } from '../lb.rules';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
 import {
   balancerAddress,

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { canonicalIp, listenerErrors, normalizeListeners } from '../../domain/lb/listeners';
+import { canonicalIp, listenerErrors, normalizeListeners } from '../lb.rules';
 import { BackendGoneError, BackendRefusedError } from '../errors';
 import {
   balancerAddress,
