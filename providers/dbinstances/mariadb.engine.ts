@@ -209,6 +209,8 @@ export class MariaDbEngine implements EngineDriver {
         socketPath: this.socket(inst),
         user: this.controlUser(),
         connectTimeout: CONNECT_TIMEOUT_MS,
+        // The server's own collation: literals compared with catalog columns must not mix collations.
+        charset: 'UTF8MB4_GENERAL_CI',
         supportBigNumbers: true,
         bigNumberStrings: true,
       });

@@ -1,0 +1,71 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from './helpers/db';
+import { createAccount, createService } from './helpers/fixtures';
+import { DbaasSimulator } from '../providers/simulator/dbaas.simulator';
+import { BackendRefusedError } from '../providers/errors';
+import type { DbEngine } from '../providers/dbaas.provider';
+import { dbaasContract, waitForBackup, type ContractHarness } from './dbaas.support';
+
+/**
+ * The same provider contract on the PostgreSQL-backed simulator (DBAAS_BACKEND=simulator), for
+ * both engines. Simulated clients log in with openSession, checked against the user's password.
+ */
+let testDb: TestDatabase;
+let simulator: DbaasSimulator;
+
+beforeAll(async () => {
+  testDb = await createTestDatabase();
+  simulator = new DbaasSimulator(testDb.db, 0.01);
+});
+afterAll(() => testDb?.drop());
+
+function harnessFor(engine: DbEngine) {
+  let harness: ContractHarness;
+  beforeAll(async () => {
+    const { accountId } = await createAccount(testDb.db);
+    const { serviceId } = await createService(testDb.db, accountId, { family: 'dbaas' });
+    const instance = `svc-${serviceId}`;
+    await simulator.createInstance({ name: instance, serviceId, engine, adminUsername: 'admin', adminPassword: 'simulated-admin-password' });
+    harness = {
+      provider: simulator,
+      engine,
+      instance,
+      adminUsername: 'admin',
+      adminPassword: 'simulated-admin-password',
+      async connect(username, password, database) {
+        const session = await simulator.openSession(instance, username, password, database);
+        return { alive: () => simulator.sessionAlive(session), close: () => simulator.closeSession(session) };
+      },
+    };
+  });
+  return () => harness;
+}
+
+describe('simulated PostgreSQL: the provider contract', () => {
+  dbaasContract(harnessFor('postgresql'));
+});
+
+describe('simulated MariaDB: the provider contract', () => {
+  const h = harnessFor('mysql');
+  dbaasContract(h);
+
+  it('keeps in a backup the databases of that moment, and takes time doing it', async () => {
+    const { instance } = h();
+    await simulator.createDatabase(instance, { name: 'before' });
+    const backup = await simulator.startBackup(instance, 'snapshot');
+    expect(backup.status).toBe('running');
+    await simulator.createDatabase(instance, { name: 'after' });
+    await waitForBackup(simulator, instance, backup.id);
+    expect(await simulator.backupContents(instance, backup.id)).toEqual(['before']);
+  });
+
+  it('creating an existing instance with another engine is refused; with the same engine it resets the admin password', async () => {
+    const { instance } = h();
+    await expect(simulator.createInstance({ name: instance, serviceId: 1, engine: 'postgresql', adminUsername: 'admin', adminPassword: 'whatever-password' })).rejects.toBeInstanceOf(
+      BackendRefusedError,
+    );
+    await simulator.createInstance({ name: instance, serviceId: 1, engine: 'mysql', adminUsername: 'admin', adminPassword: 'reset-admin-password' });
+    await expect(h().connect('admin', 'simulated-admin-password')).rejects.toBeInstanceOf(BackendRefusedError);
+    await (await h().connect('admin', 'reset-admin-password')).close();
+  });
+});
