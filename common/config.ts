@@ -72,6 +72,12 @@ export const configSchema = z
     SIM_DELAY_SCALE: z.coerce.number().min(0).default(1),
     /** How often the worker looks for terminated services whose backend resources still exist (teardown). */
     TEARDOWN_SWEEP_INTERVAL: duration('5s'),
+    /** `instances`: each dbaas service is its own PostgreSQL/MariaDB server on this machine; `simulator`: PostgreSQL-backed stand-in. */
+    DBAAS_BACKEND: z.enum(['instances', 'simulator']).default('instances'),
+    /** Where the instances live (data, sockets, TLS, logs, backups); `<checkout>/.data/dbaas` when unset. */
+    DBAAS_DATA_DIR: z.string().optional(),
+    /** The address clients are given to reach the instances (they listen on 127.0.0.1). */
+    DBAAS_HOST: z.string().default('127.0.0.1'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
+import { DbaasProvisioner } from './dbaas/provisioner';
 import { VpsProvisioner } from './vps/provisioner';
 
 /**
@@ -90,7 +91,9 @@ export class GenericProvisioner implements ServiceProvisioner {
 
 /** Every family's provisioner. A family with its own backend adds one line here. */
 export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring }): ProvisionerRegistry {
-  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers)).register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor));
+  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
+    .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
+    .register('dbaas', new DbaasProvisioner(deps.db, deps.providers.dbaas, deps.keyring));
 }
 
 /** What a provisioner needs to know about a service an order created (null for seeded services). */

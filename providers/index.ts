@@ -1,10 +1,14 @@
 import type { Knex } from 'knex';
+import path from 'node:path';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import { SimulatedBillingClock } from './simulator/billing-clock';
 import { backendOf } from '../common/families';
 import type { BillingProvider } from './billing.provider';
 import type { ServiceBuildProvider } from './builds.provider';
+import type { DbaasProvider } from './dbaas.provider';
+import { DbInstancesAdapter } from './dbinstances/dbinstances.adapter';
+import { DbaasSimulator } from './simulator/dbaas.simulator';
 import type { HypervisorProvider } from './hypervisor.provider';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { BuildSimulator } from './simulator/build.simulator';
@@ -24,6 +28,8 @@ export interface Providers {
   builds: ServiceBuildProvider;
   /** VPS machines (qemu and lxc) on the hypervisor cluster. */
   hypervisor: HypervisorProvider;
+  /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
+  dbaas: DbaasProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
 }
@@ -39,7 +45,14 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const builds = withOutageSwitch(new BuildSimulator(db, tasks), switchboard, ([target]) => backendOf((target as { productFamily: string }).productFamily));
   const hypervisor = withOutageSwitch(new HypervisorSimulator(db, tasks), switchboard, 'vps');
-  return { switchboard, billing, builds, hypervisor, faults: tasks };
+  const dbaas = withOutageSwitch(
+    config.DBAAS_BACKEND === 'simulator'
+      ? new DbaasSimulator(db, tasks)
+      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? path.resolve(__dirname, '..', '.data', 'dbaas'), host: config.DBAAS_HOST }),
+    switchboard,
+    'dbaas',
+  );
+  return { switchboard, billing, builds, hypervisor, dbaas, faults: tasks };
 }
 
 /**
@@ -48,4 +61,32 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
  */
 export function simulatorLoops(providers: Providers, deps: { config: Config; logger: Logger }): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
   return providers.billing instanceof BillingSimulator ? [new SimulatedBillingClock(providers.billing, deps.config.SIM_BILLING_INTERVAL, deps.logger)] : [];
+}
+
+/**
+ * What real local servers need from the worker: database instances outlive the processes that
+ * manage them, and the worker takes them back when it starts (starting those that should run and
+ * do not, e.g. after a reboot).
+ */
+export function serverKeepers(providers: Providers, deps: { logger: Logger }): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
+  const dbaas = providers.dbaas;
+  if (!(dbaas instanceof DbInstancesAdapter)) return [];
+  return [
+    {
+      name: 'dbaas-instances',
+      async start() {
+        try {
+          const { started, failed } = await dbaas.resumeInstances();
+          if (started.length) deps.logger.info({ instances: started }, 'started database instances that should be running');
+          for (const f of failed) deps.logger.error({ instance: f.name, error: f.error }, 'a database instance does not start');
+        } catch (err) {
+          // The worker runs without them; each call to a stopped instance answers 503 until it is back.
+          deps.logger.error({ err }, 'could not take the database instances back');
+        }
+      },
+      async stop() {
+        // The instances keep running without the worker.
+      },
+    },
+  ];
 }

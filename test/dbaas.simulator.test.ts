@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './helpers/db';
 import { createAccount, createService } from './helpers/fixtures';
 import { DbaasSimulator } from '../providers/simulator/dbaas.simulator';
+import { SimulatedTasks } from '../providers/simulator/task-engine';
 import { BackendRefusedError } from '../providers/errors';
 import type { DbEngine } from '../providers/dbaas.provider';
 import { dbaasContract, waitForBackup, type ContractHarness } from './dbaas.support';
@@ -15,7 +16,7 @@ let simulator: DbaasSimulator;
 
 beforeAll(async () => {
   testDb = await createTestDatabase();
-  simulator = new DbaasSimulator(testDb.db, 0.01);
+  simulator = new DbaasSimulator(testDb.db, new SimulatedTasks(testDb.db, 0.01));
 });
 afterAll(() => testDb?.drop());
 
@@ -51,12 +52,25 @@ describe('simulated MariaDB: the provider contract', () => {
 
   it('keeps in a backup the databases of that moment, and takes time doing it', async () => {
     const { instance } = h();
-    await simulator.createDatabase(instance, { name: 'before' });
-    const backup = await simulator.startBackup(instance, 'snapshot');
+    // The same tables at a slower clock: a dump of 2.5 s.
+    const slow = new DbaasSimulator(testDb.db, new SimulatedTasks(testDb.db, 0.5));
+    await slow.createDatabase(instance, { name: 'before' });
+    const backup = await slow.startBackup(instance, 'snapshot');
     expect(backup.status).toBe('running');
-    await simulator.createDatabase(instance, { name: 'after' });
-    await waitForBackup(simulator, instance, backup.id);
-    expect(await simulator.backupContents(instance, backup.id)).toEqual(['before']);
+    expect((await slow.listBackups(instance)).find((b) => b.id === backup.id)).toMatchObject({ status: 'running', sizeBytes: null });
+    await slow.createDatabase(instance, { name: 'after' });
+    expect(await waitForBackup(slow, instance, backup.id)).toMatchObject({ status: 'completed' });
+    expect(await slow.backupContents(instance, backup.id)).toEqual(['before']);
+  });
+
+  it('fails the backup whose dump task was armed to fail', async () => {
+    const { instance } = h();
+    const tasks = new SimulatedTasks(testDb.db, 0.01);
+    await tasks.failNext('dbaas', instance, { kind: 'backup', message: 'disk full (simulated)' });
+    const backup = await simulator.startBackup(instance, 'doomed');
+    expect(await waitForBackup(simulator, instance, backup.id)).toMatchObject({ status: 'failed', sizeBytes: null });
+    const next = await simulator.startBackup(instance, 'fine');
+    expect(await waitForBackup(simulator, instance, next.id)).toMatchObject({ status: 'completed' });
   });
 
   it('creating an existing instance with another engine is refused; with the same engine it resets the admin password', async () => {

@@ -1,6 +1,6 @@
 import type { ActivityDeps } from '../activities';
 import { EventDispatcher } from '../domain/webhooks/dispatcher';
-import { simulatorLoops } from '../providers';
+import { serverKeepers, simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
 
 /**
@@ -21,5 +21,7 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     new TeardownSweeper(deps),
     // What simulated backends do on their own (billing carries out due cancellations).
     ...simulatorLoops(deps.providers, deps),
+    // Real local servers the worker takes back after a restart (database instances).
+    ...serverKeepers(deps.providers, deps),
   ];
 }

@@ -3,10 +3,16 @@ import type { Knex } from 'knex';
 /**
  * Managed databases.
  *
+ * Control plane (what the API serves lists and connection details from):
+ * - `dbaas_instances`: which backend instance serves a dbaas service, its engine, its admin user
+ *   with the admin password sealed by the keyring (`dbaas-admin-password`), and where clients
+ *   reach it (host, port, default database, TLS mode, the CA that signed its certificate).
+ *   Customer users' passwords are stored nowhere.
+ *
  * DBaaS simulator (providers/simulator/dbaas.simulator.ts), standing in for the instances that
  * providers/dbinstances/ runs for real: instances, their databases, users (a hash of the password,
  * for simulated logins), the sessions of simulated clients (so a restart or a deleted user can end
- * them), the engine log and backups (which take time).
+ * them), the engine log and backups (dump tasks of the shared task engine, so they take time).
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.raw('create sequence sim_dbaas_address_seq start 10');
@@ -73,14 +79,32 @@ export async function up(knex: Knex): Promise<void> {
     t.bigInteger('size_bytes').notNullable();
     // What the dump holds, to show in tests that it is a snapshot of that moment.
     t.jsonb('databases').notNullable();
+    // The dump is a task of the shared task engine (sim_tasks): its state is the backup's.
+    t.text('task_id').notNullable();
     t.timestamp('created_at', { useTz: true }).notNullable().defaultTo(knex.fn.now());
-    t.timestamp('completes_at', { useTz: true }).notNullable();
     t.unique(['instance', 'request_key']);
+  });
+
+  await knex.schema.createTable('dbaas_instances', (t) => {
+    t.bigInteger('service_id').primary().references('services.id').onDelete('CASCADE');
+    t.text('instance').notNullable().unique(); // the provider's name for it
+    t.text('engine').notNullable(); // postgresql | mysql
+    t.text('admin_username').notNullable();
+    t.text('sealed_admin_password').notNullable();
+    // Known once the instance exists (null while it is being built).
+    t.text('host');
+    t.integer('port');
+    t.text('default_database');
+    t.text('tls_mode');
+    t.text('ca_certificate');
+    t.timestamp('ready_at', { useTz: true });
+    t.timestamp('created_at', { useTz: true }).notNullable().defaultTo(knex.fn.now());
+    t.timestamp('updated_at', { useTz: true }).notNullable().defaultTo(knex.fn.now());
   });
 }
 
 export async function down(knex: Knex): Promise<void> {
-  for (const table of ['sim_dbaas_backups', 'sim_dbaas_log', 'sim_dbaas_sessions', 'sim_dbaas_users', 'sim_dbaas_databases', 'sim_dbaas_instances']) {
+  for (const table of ['dbaas_instances', 'sim_dbaas_backups', 'sim_dbaas_log', 'sim_dbaas_sessions', 'sim_dbaas_users', 'sim_dbaas_databases', 'sim_dbaas_instances']) {
     await knex.schema.dropTableIfExists(table);
   }
   await knex.raw('drop sequence if exists sim_dbaas_address_seq');

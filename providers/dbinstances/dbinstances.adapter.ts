@@ -137,7 +137,7 @@ export class DbInstancesAdapter implements DbaasProvider {
       const driver = this.engines[spec.engine];
       let rec = await this.readRecord(paths);
       if (rec && rec.engine !== spec.engine)
-        throw new BackendRefusedError(BACKEND, `instance ${spec.name} already exists with engine ${rec.engine}`, 'already_exists', 'engine');
+        throw new BackendRefusedError(BACKEND, `instance ${spec.name} already exists with engine ${rec.engine}`, 'already_exists');
       if (!rec) {
         // A directory without its record is what an attempt that died half way left behind.
         await fs.rm(paths.dir, { recursive: true, force: true });

@@ -257,7 +257,7 @@ export class MariaDbEngine implements EngineDriver {
   async createDatabase(inst: Instance, spec: NewDbDatabase): Promise<DbDatabase> {
     return this.withConnection(inst, async (c) => {
       if ((await this.databaseRows(c, spec.name)).length)
-        throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists', 'name');
+        throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
       let charset = spec.charset;
       if (charset) {
         const [rows] = await c.query<mysql.RowDataPacket[]>('select 1 from information_schema.character_sets where character_set_name = ?', [charset]);
@@ -314,7 +314,7 @@ export class MariaDbEngine implements EngineDriver {
     const hash = mysqlNativePasswordHash(password);
     return this.withConnection(inst, async (c) => {
       if ((await this.accounts(c, { username, host: '%' })).length)
-        throw new BackendRefusedError(BACKEND, `user "${username}@%" already exists`, 'already_exists', 'username');
+        throw new BackendRefusedError(BACKEND, `user "${username}@%" already exists`, 'already_exists');
       await c.query("CREATE USER ?@'%' IDENTIFIED BY PASSWORD ?", [username, hash]);
       return this.toUser(inst, { user: username, host: '%' });
     });
@@ -325,7 +325,7 @@ export class MariaDbEngine implements EngineDriver {
       const accounts = await this.accounts(c, user);
       if (!accounts.length) throw new BackendGoneError(BACKEND, `user ${user.host === undefined ? user.username : `${user.username}@${user.host}`}`);
       if (accounts.some((a) => this.toUser(inst, a).isAdmin))
-        throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict', 'username');
+        throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
       for (const a of accounts) await c.query('DROP USER ?@?', [a.user, a.host]);
       // DROP USER leaves open sessions alone: end the ones that came in through a dropped account
       // (the account's host is a LIKE pattern over the client address).

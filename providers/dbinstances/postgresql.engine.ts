@@ -234,13 +234,13 @@ export class PostgresEngine implements EngineDriver {
     const owner = spec.owner ?? inst.rec.adminUsername;
     return this.withClient(inst, async (c) => {
       const exists = await c.query('select 1 from pg_database where datname = $1', [spec.name]);
-      if (exists.rowCount) throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists', 'name');
+      if (exists.rowCount) throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
       if (!(await this.roleExists(c, owner))) throw new BackendRefusedError(BACKEND, `user "${owner}" does not exist`, 'validation_failed', 'owner');
       try {
         await c.query(`CREATE DATABASE ${ident(spec.name)} OWNER ${ident(owner)}`);
       } catch (err) {
         if ((err as { code?: string }).code === '42P04')
-          throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists', 'name');
+          throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
         throw err;
       }
       return { name: spec.name, owner, charset: null, collation: null };
@@ -267,7 +267,7 @@ export class PostgresEngine implements EngineDriver {
     const verifier = literal(scramSha256Verifier(password));
     return this.withClient(inst, async (c) => {
       const exists = await c.query('select 1 from pg_roles where rolname = $1', [username]);
-      if (exists.rowCount) throw new BackendRefusedError(BACKEND, `user "${username}" already exists`, 'already_exists', 'username');
+      if (exists.rowCount) throw new BackendRefusedError(BACKEND, `user "${username}" already exists`, 'already_exists');
       await c.query(`CREATE ROLE ${ident(username)} LOGIN PASSWORD ${verifier}`);
       // The admin can act as every user it manages (own their objects, grant on them).
       await c.query(`GRANT ${ident(username)} TO ${ident(inst.rec.adminUsername)}`);
@@ -277,7 +277,7 @@ export class PostgresEngine implements EngineDriver {
 
   async deleteUser(inst: Instance, user: DbUserRef): Promise<void> {
     const { username } = user;
-    if (username === inst.rec.adminUsername) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict', 'username');
+    if (username === inst.rec.adminUsername) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
     const admin = inst.rec.adminUsername;
     const databases = await this.withClient(inst, async (c) => {
       if (user.host !== undefined || !(await this.roleExists(c, username))) throw new BackendGoneError(BACKEND, `user ${username}`);

@@ -18,6 +18,7 @@ import type {
 } from '../dbaas.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
 import { simulatedDelay } from '../switchboard';
+import type { SimulatedTasks } from './task-engine';
 
 const BACKEND = 'dbaas';
 
@@ -83,9 +84,9 @@ interface BackupRow {
   id: string;
   instance: string;
   request_key: string;
+  task_id: string;
   size_bytes: string;
   created_at: Date;
-  completes_at: Date;
 }
 
 // Salted by instance and name, so the same password gives different hashes; never stored in clear.
@@ -93,19 +94,22 @@ const passwordHash = (instance: string, username: string, password: string) => s
 
 /**
  * The DBaaS backend, simulated in PostgreSQL: instances with databases, users, an engine log,
- * statistics and backups that take `TIMING_MS × SIM_DELAY_SCALE`. It has no server to connect
- * to; `openSession` stands in for a client logging in (checked against the user's password), so
+ * statistics and backups, taking `TIMING_MS × SIM_DELAY_SCALE` (a backup is a task of the shared
+ * task engine, so `faults.failNext('dbaas', instance, { kind: 'backup' })` makes the next one
+ * fail). It has no server to connect to; `openSession` stands in for a client logging in (checked against the user's password), so
  * that a restart, a stop or a deleted user can be seen ending sessions. The outage switch is not
  * here: the registry wraps this provider with withOutageSwitch like the real one.
  */
 export class DbaasSimulator implements DbaasProvider {
   readonly pollIntervalMs: number;
+  private readonly scale: number;
 
   constructor(
     private readonly db: Knex,
-    private readonly scale: number,
+    private readonly tasks: SimulatedTasks,
   ) {
-    this.pollIntervalMs = Math.max(20, Math.round(500 * scale));
+    this.scale = tasks.scale;
+    this.pollIntervalMs = Math.max(20, Math.round(500 * this.scale));
   }
 
   private delay(ms: number): Promise<void> {
@@ -135,7 +139,7 @@ export class DbaasSimulator implements DbaasProvider {
   async createInstance(spec: NewDbInstance): Promise<DbInstanceStatus> {
     const existing = await this.db<InstanceRow>('sim_dbaas_instances').where({ name: spec.name }).first();
     if (existing && existing.engine !== spec.engine)
-      throw new BackendRefusedError(BACKEND, `instance ${spec.name} already exists with engine ${existing.engine}`, 'already_exists', 'engine');
+      throw new BackendRefusedError(BACKEND, `instance ${spec.name} already exists with engine ${existing.engine}`, 'already_exists');
     if (!existing) {
       await this.delay(TIMING_MS.create);
       const { nextval } = (await this.db.raw("select nextval('sim_dbaas_address_seq')::int as nextval")).rows[0];
@@ -207,7 +211,10 @@ export class DbaasSimulator implements DbaasProvider {
 
   async destroyInstance(id: string): Promise<void> {
     await this.delay(TIMING_MS.stop);
-    await this.db('sim_dbaas_instances').where({ name: id }).delete();
+    await this.db.transaction(async (trx) => {
+      await trx('sim_dbaas_instances').where({ name: id }).delete();
+      await this.tasks.forget(BACKEND, id, trx);
+    });
   }
 
   // ---- reads -----------------------------------------------------------------------------------
@@ -257,7 +264,7 @@ export class DbaasSimulator implements DbaasProvider {
       const row = await this.running(id, trx);
       await trx('sim_dbaas_instances').where({ name: id }).forUpdate().first();
       if (await trx('sim_dbaas_databases').where({ instance: id, name: spec.name }).first())
-        throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists', 'name');
+        throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
       let owner: string | null = null;
       let charset: string | null = null;
       let collation: string | null = null;
@@ -325,7 +332,7 @@ export class DbaasSimulator implements DbaasProvider {
       const host = row.engine === 'mysql' ? '%' : '';
       const conflict = row.engine === 'mysql' ? { instance: id, username: spec.username, host } : { instance: id, username: spec.username };
       if (await trx('sim_dbaas_users').where(conflict).first()) {
-        throw new BackendRefusedError(BACKEND, `user "${spec.username}${row.engine === 'mysql' ? '@%' : ''}" already exists`, 'already_exists', 'username');
+        throw new BackendRefusedError(BACKEND, `user "${spec.username}${row.engine === 'mysql' ? '@%' : ''}" already exists`, 'already_exists');
       }
       const user: UserRow = { instance: id, username: spec.username, host, password_hash: passwordHash(id, spec.username, spec.password), is_admin: false };
       await trx('sim_dbaas_users').insert(user);
@@ -339,7 +346,7 @@ export class DbaasSimulator implements DbaasProvider {
       const row = await this.running(id, trx);
       const accounts = await this.matching(trx, id, row.engine, user);
       if (!accounts.length) throw new BackendGoneError(BACKEND, `user ${user.host === undefined ? user.username : `${user.username}@${user.host}`}`);
-      if (accounts.some((a) => a.is_admin)) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict', 'username');
+      if (accounts.some((a) => a.is_admin)) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
       await this.matching(trx, id, row.engine, user).delete();
       // Its sessions end; what it owned passes to the admin.
       await trx('sim_dbaas_sessions').where({ instance: id, username: user.username }).delete();
@@ -417,42 +424,59 @@ export class DbaasSimulator implements DbaasProvider {
 
   // ---- backups ---------------------------------------------------------------------------------
 
-  private toBackup(r: BackupRow): DbBackup {
-    const done = new Date(r.completes_at).getTime() <= Date.now();
-    return { id: r.id, status: done ? 'completed' : 'running', sizeBytes: done ? Number(r.size_bytes) : null, createdAt: new Date(r.created_at) };
+  /** A backup's state is its dump task's: running, done (completed) or failed. */
+  private async backupRows(id: string, key?: string): Promise<Array<BackupRow & { status: string }>> {
+    // The dump tasks only produce the state the join reads: nothing to apply when they end.
+    await this.tasks.settle(BACKEND, id, async () => undefined);
+    const q = this.db('sim_dbaas_backups as b')
+      .join('sim_tasks as t', 't.id', 'b.task_id')
+      .where('b.instance', id)
+      .select('b.*', 't.status')
+      .orderBy([{ column: 'b.created_at', order: 'desc' }, { column: 'b.id', order: 'desc' }]);
+    if (key !== undefined) q.where('b.request_key', key);
+    return q;
+  }
+
+  private toBackup(r: BackupRow & { status: string }): DbBackup {
+    const status = r.status === 'ok' ? 'completed' : r.status === 'error' ? 'failed' : 'running';
+    return { id: r.id, status, sizeBytes: status === 'completed' ? Number(r.size_bytes) : null, createdAt: new Date(r.created_at) };
   }
 
   async startBackup(id: string, key: string): Promise<DbBackup> {
     await this.running(id);
-    const earlier = await this.db<BackupRow>('sim_dbaas_backups').where({ instance: id, request_key: key }).first();
+    const [earlier] = await this.backupRows(id, key);
     if (earlier) return this.toBackup(earlier);
     const now = new Date();
     const backupId = `${now.toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}-${randomBytes(3).toString('hex')}`;
-    const databases = await this.db('sim_dbaas_databases').where({ instance: id }).orderBy('name').pluck('name');
-    const [row]: BackupRow[] = await this.db('sim_dbaas_backups')
-      .insert({
-        id: backupId,
-        instance: id,
-        request_key: key,
-        // A dump is far smaller than the files it reads.
-        size_bytes: String(2_000 + databases.length * 1_500),
-        databases: JSON.stringify(databases),
-        created_at: now,
-        completes_at: new Date(now.getTime() + TIMING_MS.backup * this.scale),
-      })
-      .onConflict(['instance', 'request_key'])
-      .ignore()
-      .returning('*');
-    if (!row) return this.toBackup((await this.db<BackupRow>('sim_dbaas_backups').where({ instance: id, request_key: key }).first()) as BackupRow);
-    await this.log(this.db, id, 'info', `backup ${backupId} started`);
+    await this.db.transaction(async (trx) => {
+      const task = await this.tasks.enqueue(
+        { backend: BACKEND, subject: id, kind: 'backup', key: `dbaas-backup:${id}:${key}`, params: { backup_id: backupId }, durationMs: TIMING_MS.backup },
+        trx,
+      );
+      const databases = await trx('sim_dbaas_databases').where({ instance: id }).orderBy('name').pluck('name');
+      await trx('sim_dbaas_backups')
+        .insert({
+          id: backupId,
+          instance: id,
+          request_key: key,
+          task_id: task.id,
+          // A dump is far smaller than the files it reads.
+          size_bytes: String(2_000 + databases.length * 1_500),
+          databases: JSON.stringify(databases),
+          created_at: now,
+        })
+        .onConflict(['instance', 'request_key'])
+        .ignore();
+      await this.log(trx, id, 'info', `backup ${backupId} started`);
+    });
+    const [row] = await this.backupRows(id, key);
     return this.toBackup(row);
   }
 
   async listBackups(id: string): Promise<DbBackup[]> {
     await this.delay(TIMING_MS.call);
     await this.row(id);
-    const rows = await this.db<BackupRow>('sim_dbaas_backups').where({ instance: id }).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]);
-    return rows.map((r) => this.toBackup(r));
+    return (await this.backupRows(id)).map((r) => this.toBackup(r));
   }
 
   /** The databases a simulated backup holds (the snapshot a restore would bring back). */

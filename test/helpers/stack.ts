@@ -3,6 +3,8 @@ import type { Server } from 'node:http';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import path from 'node:path';
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
@@ -68,6 +70,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     NODE_ENV: 'test',
+    // Database instances of this stack, if a test makes any (never the checkout's .data/).
+    DBAAS_DATA_DIR: path.join(os.tmpdir(), `cloud-test-dbaas-${randomBytes(4).toString('hex')}`),
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
