@@ -393,7 +393,7 @@ export const dbaasRoutes = [
     operationId: 'createDbaasBackup',
     summary: 'Back up a database service',
     description:
-      'Answers `202` as the dump starts. The `dbaas.backup` operation carries `result.backup_id` at once and succeeds when the backup is on the list as `completed`, with `result.size_bytes`; it fails (`upstream_error`) when the dump tool does not finish.',
+      'Answers `202` as the dump starts (`503` when the instance does not answer). The `dbaas.backup` operation carries `result.backup_id` at once and succeeds when the backup is on the list as `completed`, with `result.size_bytes`; it fails (`upstream_error`) when the dump tool does not finish.',
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -402,6 +402,8 @@ export const dbaasRoutes = [
     responses: [{ status: 202, description: 'The `dbaas.backup` operation', schema: OperationSchema }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
       const { target, instance } = await instanceTarget(deps, principal, params.id, 'backups');
+      // Accepted only while the instance answers (503 otherwise), so the 202 means the dump can start.
+      await deps.providers.dbaas.status(instance.instance);
       return startOperation(deps, principal, {
         type: 'dbaas.backup',
         workflow: 'dbaasBackupWorkflow',
