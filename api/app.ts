@@ -7,6 +7,9 @@ import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '
 import type { AppDeps } from './deps';
 import { ApiError, backendUnavailable, conflict, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
 import { isMutation, toExpressPath, type AnyRoute } from './route';
+import { mountReferencePage } from './reference-page';
+import { mountMcp } from '../mcp/http';
+import { version as packageVersion } from '../package.json';
 
 const BODY_LIMIT = '1mb';
 const IDEMPOTENCY_KEY_MAX = 255;
@@ -116,6 +119,10 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
       handle(deps, route, req, res).catch(next);
     });
   }
+  // Clients of the API served beside it, outside /v1: the reference page, and the MCP endpoint
+  // (each of its tool calls is a /v1 request of its own, audited with via mcp).
+  mountReferencePage(app);
+  mountMcp(app, deps, routes, packageVersion);
 
   const matchers = routes.map((route) => ({ route, re: pathMatcher(route.path) }));
   app.use((req, res, next) => {

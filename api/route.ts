@@ -110,3 +110,17 @@ export const isMutation = (method: string) => method !== 'get' && method !== 'he
 export function toExpressPath(path: string): string {
   return path.replace(/\{([a-zA-Z_]+)\}/g, ':$1');
 }
+
+/**
+ * A local stand-in under /_dev (DECISIONS "Local development stand-ins"): mounted only with
+ * CLOUD_DEV_ENDPOINTS=1, answered only from loopback, no credential, not audited, not in OpenAPI.
+ */
+export function defineDevRoute<
+  PS extends ZObject | undefined = undefined,
+  BS extends z.ZodType | undefined = undefined,
+  const R extends readonly ResponseSpec[] = readonly ResponseSpec[],
+>(
+  route: Pick<RouteDef<PS, undefined, BS, 'none', R>, 'method' | 'path' | 'operationId' | 'summary' | 'params' | 'body' | 'responses' | 'handler'>,
+): RouteDef<PS, undefined, BS, 'none', R> {
+  return { ...route, tag: 'Development', scope: null, credential: 'none', marks: [], internal: true };
+}

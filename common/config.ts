@@ -72,12 +72,25 @@ export const configSchema = z
     SIM_DELAY_SCALE: z.coerce.number().min(0).default(1),
     /** How often the worker looks for terminated services whose backend resources still exist (teardown). */
     TEARDOWN_SWEEP_INTERVAL: duration('5s'),
+    /** Load balancers: `haproxy` runs one HAProxy process per balancer on this host; `simulator` keeps them in PostgreSQL. */
+    LB_BACKEND: z.enum(['haproxy', 'simulator']).default('haproxy'),
+    /** Where balancers listen: one IPv4 address shared by all, or an IPv4 CIDR range giving each its own address. */
+    LB_BIND_ADDRESS: z
+      .string()
+      .default('127.77.0.0/16')
+      .refine((v) => /^\d{1,3}(\.\d{1,3}){3}(\/([89]|[12]\d|30))?$/.test(v), 'must be an IPv4 address or an IPv4 range such as 127.77.0.0/16 (prefix 8 to 30)'),
+    /** HAProxy balancers' configuration, pidfiles and sockets, one directory each (relative to the working directory). */
+    LB_DATA_DIR: z.string().default('.data/lb'),
+    /** How often the worker makes sure every balancer of a live service runs (restarted after a crash or a host restart). */
+    LB_KEEPER_INTERVAL: duration('60s'),
     /** `instances`: each dbaas service is its own PostgreSQL/MariaDB server on this machine; `simulator`: PostgreSQL-backed stand-in. */
     DBAAS_BACKEND: z.enum(['instances', 'simulator']).default('instances'),
     /** Where the instances live (data, sockets, TLS, logs, backups); `<checkout>/.data/dbaas` when unset. */
     DBAAS_DATA_DIR: z.string().optional(),
     /** The address clients are given to reach the instances (they listen on 127.0.0.1). */
     DBAAS_HOST: z.string().default('127.0.0.1'),
+    /** How often the worker starts the database instances that should run and do not (after a crash or a host restart). */
+    DBAAS_KEEPER_INTERVAL: duration('60s'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,

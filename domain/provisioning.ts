@@ -3,6 +3,7 @@ import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
 import { DbaasProvisioner } from './dbaas/provisioner';
 import { VpsProvisioner } from './vps/provisioner';
+import { LbProvisioner } from './lb/provisioner';
 
 /**
  * Provisioning of the services an order creates, one provisioner per product family. A family
@@ -93,16 +94,16 @@ export class GenericProvisioner implements ServiceProvisioner {
 export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring }): ProvisionerRegistry {
   return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
     .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
+    .register('lb', new LbProvisioner(deps.db, deps.providers.lb))
     .register('dbaas', new DbaasProvisioner(deps.db, deps.providers.dbaas, deps.keyring));
 }
 
 /** What a provisioner needs to know about a service an order created (null for seeded services). */
 export async function provisionTargetOf(db: Knex, serviceId: number): Promise<ProvisionTarget | null> {
   const row = await db('services')
-    .leftJoin('service_billing', 'service_billing.service_id', 'services.id')
-    .leftJoin('orders', 'orders.id', 'service_billing.order_id')
+    .leftJoin('orders', 'orders.id', 'services.order_id')
     .where('services.id', serviceId)
-    .select('services.*', 'service_billing.product_family', 'orders.options')
+    .select('services.*', 'orders.options')
     .first();
   if (!row) return null;
   return {

@@ -1,6 +1,6 @@
 /**
  * What the billing backend can do: the orderable catalog, payment methods, promo codes, account
- * credit, orders, invoices, and the billing contract of the services an order creates.
+ * credit, invoices, and the billing contract of the services an order creates.
  * The embedded implementation is providers/simulator/billing.simulator.ts (state in PostgreSQL).
  */
 
@@ -101,94 +101,77 @@ export interface OperationInvoice {
   payment_url: string | null;
 }
 
-export type OrderStatus = 'pending' | 'active' | 'cancelled';
 export type CancellationType = 'immediate' | 'end_of_cycle';
 
-export interface OrderRecord {
-  id: number;
-  account_id: number;
-  operation_id: string;
-  product_id: number;
-  product: string;
-  billing_cycle: string;
-  options: Record<string, unknown>;
-  promo_code: string | null;
-  site_name: string | null;
-  payment_method: string;
-  currency: string;
-  status: OrderStatus;
-  cancellation_type: CancellationType | null;
-  cancellation_reason: string | null;
-  cancellation_requested_at: Date | null;
-  credential_id: string | null;
-  created_at: Date;
-  paid_at: Date | null;
-  cancelled_at: Date | null;
-}
-
-export interface NewOrder {
-  /** Taken from the orders sequence beforehand (the operation names the order before it exists). */
-  id?: number;
+/** What billing needs to know of an order to invoice it (the order itself is the control plane's record). */
+export interface BillableOrder {
+  orderId: number;
   accountId: number;
-  operationId: string;
-  product: ProductRecord;
-  billingCycle: BillingCycle;
-  options: Record<string, unknown>;
-  promoCode: string | null;
-  siteName: string | null;
-  paymentMethod: string;
   currency: string;
-  credentialId: string | null;
+  /** Price of the first cycle, fixed when the order was placed. */
+  price: number;
+  percentOff: number;
 }
 
-/** The outcome of cancelling an order (POST /v1/orders/{id}/cancel). */
-export interface CancelOutcome {
-  /** `voided`: an unpaid order was voided with its invoice; `requested`: a cancellation request per service. */
-  kind: 'voided' | 'requested' | 'already_cancelled';
-  order: OrderRecord;
+/** A service's contract with billing (opened when an order creates the service). */
+export interface NewContract {
+  serviceId: number;
+  orderId: number;
+  productFamily: string;
+  recurringAmount: number;
+  currency: string;
+  /** A cancellation requested before the service existed (on the order). */
+  cancellation: { type: CancellationType; reason: string | null; requestedAt: Date; effectiveDate: string } | null;
 }
 
+/**
+ * The billing backend. It keeps its own records (catalog, promo codes, invoices, account credit,
+ * service contracts) and never writes the control plane's: orders and services are the domain's
+ * (domain/orders/store.ts), which calls billing for what billing decides.
+ */
 export interface BillingProvider {
   /** A product by slug with its prices in `currency` (hidden and retired ones included; callers decide). */
   getProduct(slug: string, currency: string): Promise<ProductRecord | null>;
   /** Listed catalog (neither hidden nor retired, priced in `currency`), newest first, keyset by id. */
   listProducts(opts: { currency: string; family?: string; limit: number; before?: number }): Promise<{ items: ProductRecord[]; hasMore: boolean }>;
   listPaymentMethods(): Promise<PaymentMethodView[]>;
+  /** Whether a code applies to the product and cycle (a first check, before anything is written). */
   checkPromo(code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck>;
-  /** A hosted site's name is taken by a live order or service (any account). */
-  isSiteNameTaken(siteName: string): Promise<boolean>;
-
   /**
-   * Records a new order (inside the caller's transaction, beside the operation row). Refuses a taken
-   * site name atomically (returns null), so two concurrent orders cannot both get one.
+   * Takes one use of a promo code, checking it again under its row lock (active, not expired, uses
+   * left), inside the caller's transaction: parallel orders cannot exceed `max_uses`.
    */
-  createOrder(trx: unknown, order: NewOrder): Promise<OrderRecord | null>;
-  getOrder(accountId: number, orderId: number): Promise<OrderRecord | null>;
-  getOrderById(orderId: number): Promise<OrderRecord | null>;
-  listOrders(opts: { accountId: number; status?: OrderStatus; limit: number; before?: number }): Promise<{ items: OrderRecord[]; hasMore: boolean }>;
+  redeemPromo(trx: unknown, code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck>;
+  /** Gives a use back (the order was voided, or never started). */
+  releasePromo(code: string): Promise<void>;
 
   /**
    * Issues the order's invoice (once; a repeated call returns the same one) and settles it at once
    * when nothing is due (free product, 100 % promo) or when the account credit covers it.
    */
-  issueInvoice(orderId: number): Promise<InvoiceView>;
+  issueInvoice(order: BillableOrder): Promise<InvoiceView>;
   getInvoiceForOrder(orderId: number): Promise<InvoiceView | null>;
   invoicesForOrders(orderIds: number[]): Promise<Map<number, InvoiceView>>;
-  /** The customer paid in the panel: unpaid -> paid, the order becomes active. Null when unknown. */
-  payInvoice(invoiceId: number): Promise<{ invoice: InvoiceView; order: OrderRecord } | null>;
-
-  /** Voids an unpaid order and its invoice at once, or records a cancellation request per service. */
-  cancelOrder(accountId: number, orderId: number, request: { type: CancellationType; reason: string | null }): Promise<CancelOutcome | null>;
-
+  /** The customer paid in the panel: unpaid -> paid. Null when unknown. */
+  payInvoice(invoiceId: number): Promise<{ invoice: InvoiceView; orderId: number } | null>;
   /**
-   * Carries out the cancellation requests due by `today` (YYYY-MM-DD): each such service is
-   * terminated (and `service.terminated` emitted). Returns the ids it terminated.
+   * Voids the order's invoice if it is unpaid, or records a void one if none was issued yet (so a
+   * later issue finds it void). A paid invoice is returned as it is: the caller cancels per service.
    */
-  executeDueCancellations(today: string): Promise<number[]>;
+  voidInvoice(order: BillableOrder): Promise<InvoiceView>;
+  /** The account's credit balance (account currency). */
+  accountCredit(accountId: number): Promise<number>;
 
-  /** Creates the order's services (`pending`, once; a repeated call returns the same ids). */
-  createServicesForOrder(orderId: number): Promise<number[]>;
-  /** Service ids an order created. */
+  /** Opens the contract of a service an order created (once). */
+  openContract(contract: NewContract): Promise<void>;
+  /** Records a cancellation request on services' contracts; billing carries it out on the effective date. */
+  requestCancellation(requests: Array<{ serviceId: number; type: CancellationType; reason: string | null; effectiveDate: string }>): Promise<void>;
+  /**
+   * The contracts whose cancellation is due by `today` (YYYY-MM-DD) and not carried out yet; they are
+   * marked carried out. The caller terminates the services (a real billing system notifies us).
+   */
+  takeDueCancellations(today: string): Promise<number[]>;
+  /** The contracts of the services some orders created. */
   servicesOfOrders(orderIds: number[]): Promise<Map<number, ServiceBillingView[]>>;
 }
 

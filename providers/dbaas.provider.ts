@@ -169,6 +169,13 @@ export interface DbaasProvider {
   /** Newest first. */
   listBackups(id: string): Promise<DbBackup[]>;
 
+  /**
+   * Starts every instance of this backend that should be running and is not (after a reboot or a
+   * crash; one stopped on purpose stays stopped). Instances outlive the processes that manage them:
+   * this is how a worker takes them back. Returns what it started and what did not start.
+   */
+  resumeInstances(): Promise<{ started: string[]; failed: Array<{ name: string; error: string }> }>;
+
   /** How often a running backup is worth polling. */
   readonly pollIntervalMs: number;
 }

@@ -10,6 +10,9 @@ import type { DbaasProvider } from './dbaas.provider';
 import { DbInstancesAdapter } from './dbinstances/dbinstances.adapter';
 import { DbaasSimulator } from './simulator/dbaas.simulator';
 import type { HypervisorProvider } from './hypervisor.provider';
+import { HaproxyLbProvider } from './haproxy/haproxy.adapter';
+import type { LbProvider } from './lb.provider';
+import { LbSimulator } from './simulator/lb.simulator';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { BuildSimulator } from './simulator/build.simulator';
 import { HypervisorSimulator } from './simulator/hypervisor.simulator';
@@ -28,6 +31,8 @@ export interface Providers {
   builds: ServiceBuildProvider;
   /** VPS machines (qemu and lxc) on the hypervisor cluster. */
   hypervisor: HypervisorProvider;
+  /** Load balancers: one HAProxy process each (LB_BACKEND=haproxy) or the simulator. */
+  lb: LbProvider;
   /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
   dbaas: DbaasProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
@@ -45,6 +50,13 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const builds = withOutageSwitch(new BuildSimulator(db, tasks), switchboard, ([target]) => backendOf((target as { productFamily: string }).productFamily));
   const hypervisor = withOutageSwitch(new HypervisorSimulator(db, tasks), switchboard, 'vps');
+  const lb = withOutageSwitch(
+    config.LB_BACKEND === 'simulator'
+      ? new LbSimulator(db, { bindAddress: config.LB_BIND_ADDRESS, delayScale: config.SIM_DELAY_SCALE })
+      : new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }),
+    switchboard,
+    'lb',
+  );
   const dbaas = withOutageSwitch(
     config.DBAAS_BACKEND === 'simulator'
       ? new DbaasSimulator(db, tasks)
@@ -52,41 +64,18 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
     switchboard,
     'dbaas',
   );
-  return { switchboard, billing, builds, hypervisor, dbaas, faults: tasks };
+  return { switchboard, billing, builds, hypervisor, lb, dbaas, faults: tasks };
 }
 
 /**
  * Loops a simulated backend runs by itself (a real one runs its own): the billing clock that
  * carries out due cancellations. Started by the worker beside its other background services.
  */
-export function simulatorLoops(providers: Providers, deps: { config: Config; logger: Logger }): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
-  return providers.billing instanceof BillingSimulator ? [new SimulatedBillingClock(providers.billing, deps.config.SIM_BILLING_INTERVAL, deps.logger)] : [];
-}
-
-/**
- * What real local servers need from the worker: database instances outlive the processes that
- * manage them, and the worker takes them back when it starts (starting those that should run and
- * do not, e.g. after a reboot).
- */
-export function serverKeepers(providers: Providers, deps: { logger: Logger }): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
-  const dbaas = providers.dbaas;
-  if (!(dbaas instanceof DbInstancesAdapter)) return [];
-  return [
-    {
-      name: 'dbaas-instances',
-      async start() {
-        try {
-          const { started, failed } = await dbaas.resumeInstances();
-          if (started.length) deps.logger.info({ instances: started }, 'started database instances that should be running');
-          for (const f of failed) deps.logger.error({ instance: f.name, error: f.error }, 'a database instance does not start');
-        } catch (err) {
-          // The worker runs without them; each call to a stopped instance answers 503 until it is back.
-          deps.logger.error({ err }, 'could not take the database instances back');
-        }
-      },
-      async stop() {
-        // The instances keep running without the worker.
-      },
-    },
-  ];
+export function simulatorLoops(
+  providers: Providers,
+  deps: { config: Config; logger: Logger },
+  /** What the control plane does with the cancellations billing carried out (terminate the services). */
+  hooks: { carryOutCancellations: (today: string) => Promise<number[]> },
+): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
+  return providers.billing instanceof BillingSimulator ? [new SimulatedBillingClock(hooks.carryOutCancellations, deps.config.SIM_BILLING_INTERVAL, deps.logger)] : [];
 }

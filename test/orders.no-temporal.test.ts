@@ -1,3 +1,4 @@
+import { isSiteNameTaken } from '../domain/orders/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
 import { seedOrders } from '../db/seeds/orders.seed';
@@ -26,7 +27,7 @@ describe('orders without Temporal', () => {
     expect(await stack.db('operations').where({ account_id: c.accountId })).toEqual([]);
     expect(await uses()).toBe(before);
     // The site name the failed order named is free again.
-    expect(await stack.api.deps.providers.billing.isSiteNameTaken('nowhere.example.test')).toBe(false);
+    expect(await isSiteNameTaken(stack.db, 'nowhere.example.test')).toBe(false);
     // Reads still work from the database.
     expect((await stack.http.get('/v1/orders', { token: c.token })).body.data).toEqual([]);
   });

@@ -198,8 +198,9 @@ describe('orders settled at once', () => {
     await result(res.body.id);
     const op = await getOp(c, res.body.id);
     expect(op.body).toMatchObject({ status: 'succeeded', result: { invoice: { status: 'paid', total: 3 }, service: { family: 'objectstorage', status: 'active' } } });
-    const account = await stack.db('accounts').where({ id: c.accountId }).first();
-    expect(account.credit).toBe(2);
+    const account = await stack.db('billing_accounts').where({ account_id: c.accountId }).first();
+    expect(Number(account.credit)).toBe(2);
+    expect((await stack.http.get('/v1/account', { token: c.token })).body.credit).toBe(2);
     const order = await getOrder(c, res.body.resource.id);
     expect(order.body.invoice).toMatchObject({ settled_by: 'credit', credit_applied: 3, total: 3 });
   });
@@ -214,7 +215,7 @@ describe('orders settled at once', () => {
     expect(op.body.result.service.primary_ip).toMatch(/^198\.51\.100\./);
     const order = await getOrder(c, res.body.resource.id);
     expect(order.body).toMatchObject({ promo_code: 'WELCOME100', invoice: { subtotal: 24, discount: 24, total: 0, settled_by: 'promo' } });
-    expect((await stack.db('accounts').where({ id: c.accountId }).first()).credit).toBe(5);
+    expect(Number((await stack.db('billing_accounts').where({ account_id: c.accountId }).first()).credit)).toBe(5);
   });
 
   it('a hidden product can still be ordered by its slug', async () => {
@@ -235,7 +236,7 @@ describe('orders that wait for payment', () => {
     expect(pending.body.result.invoice).toMatchObject({ status: 'unpaid', total: 80, currency: 'EUR' });
     expect(pending.body.result.invoice.payment_url).toMatch(/^https:\/\/.+\/inv_\d+\/pay$/);
     // Credit that does not cover the invoice is left untouched.
-    expect((await stack.db('accounts').where({ id: c.accountId }).first()).credit).toBe(5);
+    expect(Number((await stack.db('billing_accounts').where({ account_id: c.accountId }).first()).credit)).toBe(5);
 
     await new Promise((r) => setTimeout(r, 1_500));
     expect((await storedOperation(stack, res.body.id)).status).toBe('pending');

@@ -1,7 +1,10 @@
 import type { ActivityDeps } from '../activities';
 import { EventDispatcher } from '../domain/webhooks/dispatcher';
-import { serverKeepers, simulatorLoops } from '../providers';
+import { simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
+import { terminateDueServices } from '../domain/orders/store';
+import { BalancerKeeper } from '../domain/lb/keeper';
+import { InstanceKeeper } from '../domain/dbaas/keeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -19,9 +22,11 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     new EventDispatcher(deps),
     // Terminated services: a teardown workflow each, until their resources are gone.
     new TeardownSweeper(deps),
+    // Load balancers: every balancer of a live service runs (after a host restart, after a crash).
+    new BalancerKeeper({ db: deps.db, lb: deps.providers.lb, logger: deps.logger, intervalMs: deps.config.LB_KEEPER_INTERVAL }),
     // What simulated backends do on their own (billing carries out due cancellations).
-    ...simulatorLoops(deps.providers, deps),
-    // Real local servers the worker takes back after a restart (database instances).
-    ...serverKeepers(deps.providers, deps),
+    // Database instances: every one that should run runs (after a host restart, after a crash).
+    new InstanceKeeper({ dbaas: deps.providers.dbaas, logger: deps.logger, intervalMs: deps.config.DBAAS_KEEPER_INTERVAL }),
+    ...simulatorLoops(deps.providers, deps, { carryOutCancellations: (today) => terminateDueServices(deps.db, deps.providers.billing, today) }),
   ];
 }

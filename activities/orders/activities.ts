@@ -2,7 +2,8 @@ import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { moveServiceStatus, presentService, type ServiceRow } from '../../domain/services';
 import { toOperationInvoice } from '../../domain/orders/orders';
-import type { OperationInvoice, OrderStatus } from '../../providers/billing.provider';
+import type { OperationInvoice } from '../../providers/billing.provider';
+import { billableOrder, createOrderServices, followInvoice, getOrderById, type OrderStatus } from '../../domain/orders/store';
 import type { Providers } from '../../providers';
 import { provisionTargetOf, type ProvisionTarget, type ProvisionerRegistry } from '../../domain/provisioning';
 import { BackendUnavailableError } from '../../providers/errors';
@@ -23,11 +24,14 @@ export function createOrderActivities({ db, providers, provisioners, logger }: {
     return target;
   }
 
+  /** Issues (or re-reads) the order's invoice and brings the order's status in line with it. */
   async function paymentState(orderId: number, issue: boolean): Promise<OrderPaymentState> {
-    const invoice = issue ? await billing.issueInvoice(orderId) : await billing.getInvoiceForOrder(orderId);
-    const order = await billing.getOrderById(orderId);
-    if (!order || !invoice) throw new Error(`order ${orderId} has no invoice yet`);
-    return { order: { id: formatId('ord', order.id), status: order.status }, invoice: toOperationInvoice(invoice) };
+    const order = await getOrderById(db, orderId);
+    if (!order) throw new Error(`order ${orderId} does not exist`);
+    const invoice = issue ? await billing.issueInvoice(billableOrder(order)) : await billing.getInvoiceForOrder(orderId);
+    if (!invoice) throw new Error(`order ${orderId} has no invoice yet`);
+    const current = (await followInvoice(db, orderId, invoice))!;
+    return { order: { id: formatId('ord', current.id), status: current.status }, invoice: toOperationInvoice(invoice) };
   }
 
   return {
@@ -43,7 +47,7 @@ export function createOrderActivities({ db, providers, provisioners, logger }: {
 
     /** Creates the order's services in `pending` (once). */
     async createOrderServices(orderId: number): Promise<number[]> {
-      return billing.createServicesForOrder(orderId);
+      return createOrderServices(db, billing, orderId);
     },
 
     /** Asks the family's provisioner to build the service; false while its backend does not answer. */

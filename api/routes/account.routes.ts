@@ -1,9 +1,23 @@
 import { z } from 'zod';
+import { liveRead } from '../../providers/errors';
 import { formatId } from '../../common/ids';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
-import { AccountSchema, AuditLogSchema, iso, isoDateTime, listOf } from '../schemas';
+import { AccountSchema, AuditLogSchema, CredentialSchema, iso, isoDateTime, listOf } from '../schemas';
 import { AccountModel, type AuditLogModel } from '../../db/models';
+import type { Principal } from '../../domain/principal';
+
+function presentCredential(principal: Principal) {
+  return {
+    object: 'credential' as const,
+    id: principal.type === 'api_key' ? principal.credentialId : null,
+    type: principal.type,
+    scopes: [...principal.scopes].sort(),
+    service_allowlist: principal.serviceAllowlist.map((id) => formatId('svc', id)),
+    is_owner: principal.isOwner,
+    rate_limit_tier: principal.rateLimitTier,
+  };
+}
 
 function presentAuditLog(row: AuditLogModel) {
   return {
@@ -37,6 +51,8 @@ export const accountRoutes = [
     responses: [{ status: 200, description: 'The account', schema: AccountSchema }],
     async handler({ principal, deps }) {
       const account = await AccountModel.query(deps.db).findById(principal.accountId).throwIfNotFound();
+      // The balance is billing's: read live, null while billing does not answer (SPEC: number or null).
+      const credit = await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.billing.accountCredit(principal.accountId));
       return {
         body: {
           object: 'account' as const,
@@ -46,19 +62,27 @@ export const accountRoutes = [
           email: account.email,
           country: account.country,
           status: account.status,
-          credit: account.credit,
+          credit,
           currency: account.currency,
-          credential: {
-            object: 'credential' as const,
-            id: principal.type === 'api_key' ? principal.credentialId : null,
-            type: principal.type,
-            scopes: [...principal.scopes].sort(),
-            service_allowlist: principal.serviceAllowlist.map((id) => formatId('svc', id)),
-            is_owner: principal.isOwner,
-            rate_limit_tier: principal.rateLimitTier,
-          },
+          credential: presentCredential(principal),
         },
       };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/account/credential',
+    operationId: 'getCurrentCredential',
+    summary: 'The credential in use: its type, effective scopes and service allowlist',
+    description:
+      'Answers for any valid credential, whatever its scopes, so that a client (the `cloud` CLI, the MCP server) can tell which calls it may make. The same object as `credential` in the account.',
+    tag: 'Account',
+    scope: null,
+    credential: 'credential',
+    marks: [],
+    responses: [{ status: 200, description: 'The credential in use', schema: CredentialSchema }],
+    async handler({ principal }) {
+      return { body: presentCredential(principal) };
     },
   }),
   defineRoute({

@@ -3,7 +3,7 @@ import { parseNumericId } from '../../common/ids';
 import { moveServiceStatus, presentService } from '../../domain/services';
 import { BACKEND_FAMILIES } from '../../providers/switchboard';
 import { ApiError, notFound } from '../errors';
-import { defineRoute } from '../route';
+import { defineDevRoute } from '../route';
 
 /**
  * Local stand-ins for the control panel and for faults (DECISIONS "Local development stand-ins").
@@ -12,16 +12,11 @@ import { defineRoute } from '../route';
 const SERVICE_MOVES = { suspend: 'suspended', unsuspend: 'active', terminate: 'terminated' } as const;
 
 export const devRoutes = [
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/backends/{family}/outage',
     operationId: 'devBackendOutage',
     summary: 'Take a simulated backend family down or bring it back',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: z.object({ family: z.enum(BACKEND_FAMILIES) }),
     body: z.object({ down: z.boolean() }).strict(),
     responses: [{ status: 200, description: 'The switch position' }],
@@ -31,16 +26,11 @@ export const devRoutes = [
     },
   }),
   ...(['suspend', 'unsuspend', 'terminate'] as const).map((move) =>
-    defineRoute({
+    defineDevRoute({
       method: 'post',
       path: `/_dev/services/{id}/${move}`,
       operationId: `devService${move[0].toUpperCase()}${move.slice(1)}`,
       summary: `Billing ${move}s a service`,
-      tag: 'Development',
-      scope: null,
-      credential: 'none',
-      marks: [],
-      internal: true,
       params: z.object({ id: z.string() }),
       responses: [{ status: 200, description: 'The service after the move' }],
       async handler({ params, deps }) {

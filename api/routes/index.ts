@@ -13,6 +13,7 @@ import { sessionRoutes } from './sessions.routes';
 import { vpsDevRoutes } from './vps/dev.routes';
 import { vpsRoutes } from './vps/routes';
 import { webhookRoutes } from './webhooks/routes';
+import { lbRoutes } from './lb/routes';
 
 /** A folder of routes: its public routes, and its local stand-ins under /_dev (CLOUD_DEV_ENDPOINTS=1). */
 interface RouteFolder {
@@ -25,6 +26,7 @@ const FAMILY_ROUTES: RouteFolder[] = [
   { routes: orderRoutes, dev: orderDevRoutes },
   { routes: webhookRoutes },
   { routes: vpsRoutes, dev: vpsDevRoutes },
+  { routes: lbRoutes },
   { routes: dbaasRoutes, dev: dbaasDevRoutes },
 ];
 

@@ -4,6 +4,8 @@ import * as orders from './20261122000200_orders';
 import * as webhooks from './20261122000300_webhooks';
 import * as vps from './20261122000100_vps';
 import * as kit from './20261123000001_kit';
+import * as billing from './20261123000002_billing';
+import * as lb from './20261123000300_lb';
 import * as dbaas from './20261123000200_dbaas';
 
 /**
@@ -16,6 +18,8 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000300_webhooks', webhooks],
   ['20261122000100_vps', vps],
   ['20261123000001_kit', kit],
+  ['20261123000002_billing', billing],
+  ['20261123000300_lb', lb],
   ['20261123000200_dbaas', dbaas],
 ];
 

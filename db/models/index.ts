@@ -13,7 +13,6 @@ export class AccountModel extends Model {
   country!: string | null;
   status!: string;
   currency!: string;
-  credit!: number;
   created_at!: Date;
 }
 

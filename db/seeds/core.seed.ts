@@ -42,9 +42,11 @@ export const DEMO_SERVICES = [
 export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<{ createdUsers: boolean }> {
   return db.transaction(async (trx) => {
     await trx('accounts')
-      .insert({ id: 1, name: 'Demo Account', company: 'Example Ltd', email: 'owner@example.test', country: 'DE', currency: 'EUR', credit: 5.0 })
+      .insert({ id: 1, name: 'Demo Account', company: 'Example Ltd', email: 'owner@example.test', country: 'DE', currency: 'EUR' })
       .onConflict('id')
       .ignore();
+    // The account's balance is kept by billing.
+    await trx('billing_accounts').insert({ account_id: 1, credit: 5.0 }).onConflict('account_id').ignore();
     await trx.raw(`select setval(pg_get_serial_sequence('accounts', 'id'), greatest((select max(id) from accounts), 1))`);
 
     let createdUsers = false;

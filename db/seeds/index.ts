@@ -4,13 +4,21 @@ import { seedCore, type DemoPasswords } from './core.seed';
 import { seedDbaas } from './dbaas.seed';
 import { seedOrders } from './orders.seed';
 import { seedVps } from './vps.seed';
+import { seedLb } from './lb.seed';
 import type { Providers } from '../../providers';
 
 /** Demo data for local runs (`npm start`): core first, then each family's own seed. Idempotent. */
-export async function seedDemo(db: Knex, passwords: DemoPasswords, providers: Providers, keyring: Keyring): Promise<{ createdUsers: boolean }> {
+export async function seedDemo(
+  db: Knex,
+  passwords: DemoPasswords,
+  providers: Providers,
+  /** `keyring` seals the admin passwords of the seeded database services. */
+  options: { apiPort?: number; keyring: Keyring },
+): Promise<{ createdUsers: boolean }> {
   const core = await seedCore(db, passwords);
   await seedOrders(db);
   await seedVps(db, providers);
-  await seedDbaas(db, providers, keyring);
+  await seedLb(db, providers, { apiPort: options.apiPort ?? 3000 });
+  await seedDbaas(db, providers, options.keyring);
   return core;
 }

@@ -2,10 +2,10 @@ import type { ServiceFamily } from '../../common/families';
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { iso } from '../../api/schemas';
+import type { OrderRecord } from './store';
 import type {
   InvoiceView,
   OperationInvoice,
-  OrderRecord,
   ProductOption,
   ProductRecord,
   ServiceBillingView,

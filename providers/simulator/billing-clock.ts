@@ -1,5 +1,4 @@
 import type { Logger } from '../../common/logger';
-import type { BillingProvider } from '../billing.provider';
 import { BackendUnavailableError } from '../errors';
 
 /**
@@ -13,7 +12,8 @@ export class SimulatedBillingClock {
   private running: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly billing: BillingProvider,
+    /** Carries out what is due by that day and returns the services it terminated (domain/orders/store.ts). */
+    private readonly carryOut: (today: string) => Promise<number[]>,
     private readonly intervalMs: number,
     private readonly logger: Logger,
   ) {}
@@ -35,7 +35,7 @@ export class SimulatedBillingClock {
   /** One pass: terminates the services whose cancellation is due today (UTC) or earlier. */
   async tick(today = new Date().toISOString().slice(0, 10)): Promise<number[]> {
     try {
-      const terminated = await this.billing.executeDueCancellations(today);
+      const terminated = await this.carryOut(today);
       if (terminated.length) this.logger.info({ services: terminated.map((id) => `svc_${id}`) }, 'billing carried out cancellations');
       return terminated;
     } catch (err) {

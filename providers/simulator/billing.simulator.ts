@@ -1,37 +1,26 @@
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
+import { dateOnly, iso } from '../../common/time';
 import {
   CYCLE_MONTHS,
+  type BillableOrder,
   type BillingCycle,
   type BillingProvider,
-  type CancelOutcome,
   type CancellationType,
   type InvoiceView,
-  type NewOrder,
-  type OrderRecord,
-  type OrderStatus,
+  type NewContract,
   type PaymentMethodView,
   type ProductRecord,
   type PromoCheck,
   type ServiceBillingView,
 } from '../billing.provider';
 import { simulatedDelay, type BackendSwitchboard } from '../switchboard';
-import { dateOnly, iso } from '../../common/time';
-import { moveServiceStatus } from '../../domain/services';
 
 /** Where the simulated control panel would take a payment (locally: POST /_dev/invoices/{id}/pay). */
 export const SIMULATED_PANEL_URL = 'https://panel.cloud.example.test';
 
 const cents = (amount: number | string) => Math.round(Number(amount) * 100);
 const money = (c: number) => Math.round(c) / 100;
-
-/** `from` plus whole months, in UTC, clamped to the month's last day (Jan 31 + 1 month = Feb 28/29). */
-export function addMonths(from: Date, months: number): string {
-  const y = from.getUTCFullYear();
-  const m = from.getUTCMonth() + months;
-  const lastDay = new Date(Date.UTC(y, m + 1, 0)).getUTCDate();
-  return new Date(Date.UTC(y, m, Math.min(from.getUTCDate(), lastDay))).toISOString().slice(0, 10);
-}
 
 interface InvoiceRow {
   id: number;
@@ -70,10 +59,11 @@ export function presentInvoice(row: InvoiceRow): InvoiceView {
 }
 
 /**
- * The billing backend, simulated in PostgreSQL. The catalog, orders and invoices are records the
- * control plane reads from its own database (so reads and validation never need the backend); the
- * billing actions (issue, pay, void, cancel, create services) check the `billing` switch of the
- * switchboard (POST /_dev/backends/billing/outage) and take a little simulated time.
+ * The billing backend, simulated in PostgreSQL in its own tables (products, prices, payment methods,
+ * promo codes, invoices, billing_accounts, service_billing); it never writes the control plane's.
+ * Catalog reads serve the API's validation even while billing is switched off; the billing actions
+ * (issue, pay, void, contracts, cancellations) check the `billing` switch
+ * (POST /_dev/backends/billing/outage) and take a little simulated time.
  */
 export class BillingSimulator implements BillingProvider {
   constructor(
@@ -127,7 +117,11 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async checkPromo(code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {
-    const row = await this.db('promo_codes').where({ code: code.trim().toUpperCase() }).first();
+    return this.checkPromoIn(this.db, code.trim().toUpperCase(), product, cycle);
+  }
+
+  private async checkPromoIn(db: Knex | Knex.Transaction, code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {
+    const row = await db('promo_codes').where({ code }).first();
     const refuse = (reason: string): PromoCheck => ({ ok: false, percentOff: 0, reason });
     if (!row || !row.active) return refuse('is not a valid promo code');
     if (row.expires_at && new Date(row.expires_at).getTime() <= Date.now()) return refuse('has expired');
@@ -137,122 +131,37 @@ export class BillingSimulator implements BillingProvider {
     return { ok: true, percentOff: Number(row.percent_off) };
   }
 
-  private siteNameTakenQuery(db: Knex | Knex.Transaction, siteName: string) {
-    const name = siteName.toLowerCase();
-    return db
-      .select(
-        db.raw(
-          `exists (
-             select 1 from orders o
-               left join service_billing sb on sb.order_id = o.id
-               left join services s on s.id = sb.service_id
-              where lower(o.site_name) = ? and o.status <> 'cancelled'
-                and (s.id is null or s.status not in ('terminated', 'cancelled'))
-           ) or exists (
-             select 1 from services where lower(label) = ? and status not in ('terminated', 'cancelled')
-           ) as taken`,
-          [name, name],
-        ),
-      )
-      .first();
-  }
-
-  async isSiteNameTaken(siteName: string): Promise<boolean> {
-    const row = await this.siteNameTakenQuery(this.db, siteName);
-    return Boolean(row?.taken);
-  }
-
-  /** Records the order on the control plane's side; billing sees it when the workflow issues the invoice. */
-  async createOrder(trxArg: unknown, order: NewOrder): Promise<OrderRecord | null> {
+  async redeemPromo(trxArg: unknown, code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {
     const trx = trxArg as Knex.Transaction;
-    if (order.siteName) {
-      // Serialises orders for the same site name until this transaction ends.
-      await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`site:${order.siteName.toLowerCase()}`]);
-      const row = await this.siteNameTakenQuery(trx, order.siteName);
-      if (row?.taken) return null;
-    }
-    const price = order.product.prices[order.billingCycle];
-    if (price === undefined) throw new Error(`product ${order.product.slug} is not sold ${order.billingCycle}`);
-    let percentOff = 0;
-    if (order.promoCode) {
-      const code = order.promoCode.trim().toUpperCase();
-      const promo = await trx('promo_codes').where({ code }).forUpdate().first();
-      percentOff = Number(promo?.percent_off ?? 0);
-      await trx('promo_codes').where({ code }).increment('uses', 1);
-    }
-    const [row] = await trx('orders')
-      .insert({
-        ...(order.id !== undefined ? { id: order.id } : {}),
-        account_id: order.accountId,
-        operation_id: order.operationId,
-        product_id: order.product.id,
-        product: order.product.slug,
-        billing_cycle: order.billingCycle,
-        options: JSON.stringify(order.options),
-        promo_code: order.promoCode ? order.promoCode.trim().toUpperCase() : null,
-        site_name: order.siteName ? order.siteName.toLowerCase() : null,
-        payment_method: order.paymentMethod,
-        currency: order.currency,
-        price,
-        percent_off: percentOff,
-        status: 'pending',
-        credential_id: order.credentialId,
-      })
-      .returning('*');
-    return row as OrderRecord;
+    const normalized = code.trim().toUpperCase();
+    // Checked again under the row lock, in the transaction that takes the use.
+    await trx('promo_codes').where({ code: normalized }).forUpdate().first();
+    const check = await this.checkPromoIn(trx, normalized, product, cycle);
+    if (check.ok) await trx('promo_codes').where({ code: normalized }).increment('uses', 1);
+    return check;
   }
 
-  async getOrder(accountId: number, orderId: number): Promise<OrderRecord | null> {
-    return (await this.db('orders').where({ id: orderId, account_id: accountId }).first()) ?? null;
+  async releasePromo(code: string): Promise<void> {
+    await this.db('promo_codes').where({ code: code.trim().toUpperCase() }).where('uses', '>', 0).decrement('uses', 1);
   }
 
-  async getOrderById(orderId: number): Promise<OrderRecord | null> {
-    return (await this.db('orders').where({ id: orderId }).first()) ?? null;
-  }
-
-  async listOrders(opts: { accountId: number; status?: OrderStatus; limit: number; before?: number }) {
-    const qb = this.db('orders').where({ account_id: opts.accountId });
-    if (opts.status) qb.where({ status: opts.status });
-    if (opts.before !== undefined) qb.where('id', '<', opts.before);
-    const rows: OrderRecord[] = await qb.orderBy('id', 'desc').limit(opts.limit + 1);
-    const hasMore = rows.length > opts.limit;
-    if (hasMore) rows.length = opts.limit;
-    return { items: rows, hasMore };
-  }
-
-  async issueInvoice(orderId: number): Promise<InvoiceView> {
+  async issueInvoice(order: BillableOrder): Promise<InvoiceView> {
     await this.call(100);
     return this.db.transaction(async (trx) => {
-      const order = await trx('orders').where({ id: orderId }).forUpdate().first();
-      if (!order) throw new Error(`order ${orderId} does not exist`);
-      const existing = await trx('invoices').where({ order_id: orderId }).first();
+      await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`invoice:${order.orderId}`]);
+      const existing = await trx('invoices').where({ order_id: order.orderId }).first();
       if (existing) return presentInvoice(existing);
-
-      const subtotal = cents(order.price);
-      const discount = Math.round((subtotal * Number(order.percent_off)) / 100);
-      const total = subtotal - discount;
-      const base = {
-        account_id: order.account_id,
-        order_id: orderId,
-        currency: order.currency,
-        subtotal: money(subtotal),
-        discount: money(discount),
-        total: money(total),
-      };
-      if (order.status === 'cancelled') {
-        // Voided before billing issued anything: the invoice exists only to say so.
-        const [row] = await trx('invoices').insert({ ...base, status: 'cancelled', cancelled_at: trx.fn.now() }).returning('*');
-        return presentInvoice(row);
-      }
+      const base = this.invoiceBase(order);
+      const total = cents(base.total);
       let settledBy: string | null = null;
       let creditApplied = 0;
       if (total === 0) {
-        settledBy = subtotal === 0 ? 'free' : 'promo';
+        settledBy = cents(base.subtotal) === 0 ? 'free' : 'promo';
       } else {
-        const account = await trx('accounts').where({ id: order.account_id }).forUpdate().first();
+        const account = await trx('billing_accounts').where({ account_id: order.accountId }).forUpdate().first();
         // Credit is applied only when it covers the whole invoice; otherwise it stays untouched.
         if (account && cents(account.credit) >= total) {
-          await trx('accounts').where({ id: order.account_id }).update({ credit: money(cents(account.credit) - total) });
+          await trx('billing_accounts').where({ account_id: order.accountId }).update({ credit: money(cents(account.credit) - total), updated_at: trx.fn.now() });
           creditApplied = total;
           settledBy = 'credit';
         }
@@ -267,7 +176,6 @@ export class BillingSimulator implements BillingProvider {
           paid_at: paid ? trx.fn.now() : null,
         })
         .returning('*');
-      if (paid) await trx('orders').where({ id: orderId }).update({ status: 'active', paid_at: trx.fn.now(), updated_at: trx.fn.now() });
       return presentInvoice(row);
     });
   }
@@ -282,134 +190,81 @@ export class BillingSimulator implements BillingProvider {
     return new Map(rows.map((r) => [Number(r.order_id), presentInvoice(r)]));
   }
 
-  async payInvoice(invoiceId: number): Promise<{ invoice: InvoiceView; order: OrderRecord } | null> {
+  async payInvoice(invoiceId: number): Promise<{ invoice: InvoiceView; orderId: number } | null> {
     await this.call();
     return this.db.transaction(async (trx) => {
-      const found = await trx('invoices').where({ id: invoiceId }).first();
-      if (!found) return null;
-      // Lock order before invoice, as cancelOrder does.
-      let order = await trx('orders').where({ id: found.order_id }).forUpdate().first();
       let invoice = await trx('invoices').where({ id: invoiceId }).forUpdate().first();
+      if (!invoice) return null;
       if (invoice.status === 'unpaid') {
         [invoice] = await trx('invoices')
           .where({ id: invoiceId })
           .update({ status: 'paid', settled_by: 'payment_method', paid_at: trx.fn.now() })
           .returning('*');
-        [order] = await trx('orders').where({ id: order.id }).update({ status: 'active', paid_at: trx.fn.now(), updated_at: trx.fn.now() }).returning('*');
       }
-      return { invoice: presentInvoice(invoice), order };
+      return { invoice: presentInvoice(invoice), orderId: Number(invoice.order_id) };
     });
   }
 
-  async cancelOrder(
-    accountId: number,
-    orderId: number,
-    request: { type: CancellationType; reason: string | null },
-  ): Promise<CancelOutcome | null> {
+  async voidInvoice(order: BillableOrder): Promise<InvoiceView> {
     await this.call();
     return this.db.transaction(async (trx) => {
-      const order = await trx('orders').where({ id: orderId, account_id: accountId }).forUpdate().first();
-      if (!order) return null;
-      if (order.status === 'cancelled') return { kind: 'already_cancelled' as const, order };
-      if (order.status === 'pending') {
-        const invoice = await trx('invoices').where({ order_id: orderId }).forUpdate().first();
-        if (!invoice || invoice.status === 'unpaid') {
-          if (invoice) await trx('invoices').where({ id: invoice.id }).update({ status: 'cancelled', cancelled_at: trx.fn.now() });
-          // A voided order gives its promo code use back.
-          if (order.promo_code) await trx('promo_codes').where({ code: order.promo_code }).where('uses', '>', 0).decrement('uses', 1);
-          const [voided] = await trx('orders')
-            .where({ id: orderId })
-            .update({ status: 'cancelled', cancelled_at: trx.fn.now(), updated_at: trx.fn.now() })
-            .returning('*');
-          return { kind: 'voided' as const, order: voided };
-        }
+      // The same lock as issueInvoice: a void and an issue of one order never interleave.
+      await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`invoice:${order.orderId}`]);
+      const invoice = await trx('invoices').where({ order_id: order.orderId }).forUpdate().first();
+      if (invoice && invoice.status !== 'unpaid') return presentInvoice(invoice);
+      if (invoice) {
+        const [voided] = await trx('invoices').where({ id: invoice.id }).update({ status: 'cancelled', cancelled_at: trx.fn.now() }).returning('*');
+        return presentInvoice(voided);
       }
-      // Active (paid) order: a cancellation request per service; billing carries it out.
-      const [updated] = await trx('orders')
-        .where({ id: orderId })
-        .update({
-          cancellation_type: request.type,
-          cancellation_reason: request.reason,
-          cancellation_requested_at: trx.fn.now(),
-          updated_at: trx.fn.now(),
-        })
-        .returning('*');
-      const services = await trx('service_billing')
-        .join('services', 'services.id', 'service_billing.service_id')
-        .where('service_billing.order_id', orderId)
-        .whereNotIn('services.status', ['terminated', 'cancelled'])
-        .select('services.id', 'services.next_due_date');
-      for (const svc of services) {
-        await trx('service_billing')
-          .where({ service_id: svc.id })
-          .update({
-            cancellation_type: request.type,
-            cancellation_reason: request.reason,
-            cancellation_requested_at: trx.fn.now(),
-            cancellation_effective_date: request.type === 'immediate' ? new Date().toISOString().slice(0, 10) : dateOnly(svc.next_due_date),
-          });
-      }
-      return { kind: 'requested' as const, order: updated };
+      // Voided before billing issued anything: the invoice exists only to say so.
+      const [row] = await trx('invoices').insert({ ...this.invoiceBase(order), status: 'cancelled', cancelled_at: trx.fn.now() }).returning('*');
+      return presentInvoice(row);
     });
   }
 
-  async executeDueCancellations(today: string): Promise<number[]> {
+  async accountCredit(accountId: number): Promise<number> {
+    const row = await this.db('billing_accounts').where({ account_id: accountId }).first();
+    return row ? Number(row.credit) : 0;
+  }
+
+  async openContract(contract: NewContract): Promise<void> {
+    await this.call(50);
+    await this.db('service_billing')
+      .insert({
+        service_id: contract.serviceId,
+        order_id: contract.orderId,
+        product_family: contract.productFamily,
+        recurring_amount: contract.recurringAmount,
+        currency: contract.currency,
+        cancellation_type: contract.cancellation?.type ?? null,
+        cancellation_reason: contract.cancellation?.reason ?? null,
+        cancellation_requested_at: contract.cancellation?.requestedAt ?? null,
+        cancellation_effective_date: contract.cancellation?.effectiveDate ?? null,
+      })
+      .onConflict('service_id')
+      .ignore();
+  }
+
+  async requestCancellation(requests: Array<{ serviceId: number; type: CancellationType; reason: string | null; effectiveDate: string }>): Promise<void> {
     await this.call();
-    return this.db.transaction(async (trx) => {
-      const due: Array<{ id: number }> = await trx('service_billing')
-        .join('services', 'services.id', 'service_billing.service_id')
-        .where('service_billing.cancellation_effective_date', '<=', today)
-        .whereNotIn('services.status', ['terminated', 'cancelled'])
-        .forUpdate()
-        .skipLocked()
-        .select('services.id');
-      for (const { id } of due) await moveServiceStatus(this.db, id, 'terminated', trx);
-      return due.map((r) => Number(r.id));
-    });
-  }
-
-  async createServicesForOrder(orderId: number): Promise<number[]> {
-    await this.call(100);
-    return this.db.transaction(async (trx) => {
-      const order = await trx('orders').where({ id: orderId }).forUpdate().first();
-      if (!order) throw new Error(`order ${orderId} does not exist`);
-      const existing = await trx('service_billing').where({ order_id: orderId }).orderBy('service_id');
-      if (existing.length > 0) return existing.map((r) => Number(r.service_id));
-      if (order.status !== 'active') throw new Error(`order ${orderId} is ${order.status}; only an active order creates services`);
-      const product = await trx('products').where({ id: order.product_id }).first();
-      const paidAt = order.paid_at ? new Date(order.paid_at) : new Date();
-      const nextDue = addMonths(paidAt, CYCLE_MONTHS[order.billing_cycle as BillingCycle] ?? 1);
-      const label = order.site_name ?? (typeof order.options?.hostname === 'string' ? order.options.hostname : null);
-      const [service] = await trx('services')
-        .insert({
-          account_id: order.account_id,
-          family: product.family,
-          product: product.slug,
-          status: 'pending',
-          name: product.name,
-          label,
-          billing_cycle: order.billing_cycle,
-          next_due_date: nextDue,
-          capabilities: JSON.stringify(product.capabilities ?? {}),
-        })
-        .returning('id');
-      await trx('service_billing').insert({
-        service_id: service.id,
-        order_id: orderId,
-        product_family: product.product_family,
-        recurring_amount: order.price,
-        currency: order.currency,
-        cancellation_type: order.cancellation_type,
-        cancellation_reason: order.cancellation_reason,
-        cancellation_requested_at: order.cancellation_requested_at,
-        cancellation_effective_date: order.cancellation_type
-          ? order.cancellation_type === 'immediate'
-            ? new Date().toISOString().slice(0, 10)
-            : nextDue
-          : null,
+    for (const r of requests) {
+      await this.db('service_billing').where({ service_id: r.serviceId }).whereNull('cancellation_executed_at').update({
+        cancellation_type: r.type,
+        cancellation_reason: r.reason,
+        cancellation_requested_at: this.db.fn.now(),
+        cancellation_effective_date: r.effectiveDate,
       });
-      return [Number(service.id)];
-    });
+    }
+  }
+
+  async takeDueCancellations(today: string): Promise<number[]> {
+    await this.call();
+    const rows: Array<{ service_id: number }> = await this.db('service_billing')
+      .where('cancellation_effective_date', '<=', today)
+      .whereNull('cancellation_executed_at')
+      .update({ cancellation_executed_at: this.db.fn.now() })
+      .returning('service_id');
+    return rows.map((r) => Number(r.service_id));
   }
 
   async servicesOfOrders(orderIds: number[]): Promise<Map<number, ServiceBillingView[]>> {
@@ -434,5 +289,18 @@ export class BillingSimulator implements BillingProvider {
       out.set(Number(r.order_id), list);
     }
     return out;
+  }
+
+  private invoiceBase(order: BillableOrder) {
+    const subtotal = cents(order.price);
+    const discount = Math.round((subtotal * order.percentOff) / 100);
+    return {
+      account_id: order.accountId,
+      order_id: order.orderId,
+      currency: order.currency,
+      subtotal: money(subtotal),
+      discount: money(discount),
+      total: money(subtotal - discount),
+    };
   }
 }

@@ -217,6 +217,11 @@ export class DbaasSimulator implements DbaasProvider {
     });
   }
 
+  /** Simulated instances have no process to lose: they are in the state their rows say. */
+  async resumeInstances(): Promise<{ started: string[]; failed: Array<{ name: string; error: string }> }> {
+    return { started: [], failed: [] };
+  }
+
   // ---- reads -----------------------------------------------------------------------------------
 
   async status(id: string): Promise<DbInstanceStatus> {

@@ -7,8 +7,10 @@ import { DEFAULT_CAPABILITIES } from '../../domain/capabilities';
 /** Direct database factories for test data (the HTTP paths are tested on their own). */
 export async function createAccount(db: Knex, fields: { credit?: number; currency?: string } = {}) {
   const [row] = await db('accounts')
-    .insert({ name: 'Test Account', email: 'owner@test.example', country: 'DE', currency: fields.currency ?? 'EUR', credit: fields.credit ?? 5 })
+    .insert({ name: 'Test Account', email: 'owner@test.example', country: 'DE', currency: fields.currency ?? 'EUR' })
     .returning('id');
+  // The balance lives with (simulated) billing.
+  await db('billing_accounts').insert({ account_id: row.id, credit: fields.credit ?? 5 });
   return { accountId: Number(row.id) };
 }
 

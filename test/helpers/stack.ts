@@ -3,8 +3,11 @@ import type { Server } from 'node:http';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { randomBytes } from 'node:crypto';
-import os from 'node:os';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { HaproxyLbProvider } from '../../providers/haproxy/haproxy.adapter';
+import { DbInstancesAdapter } from '../../providers/dbinstances/dbinstances.adapter';
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
@@ -50,6 +53,7 @@ export const SHORT_DURATIONS: Record<string, string> = {
   WEBHOOK_RETRY_DELAYS: '100ms,200ms,300ms,400ms,500ms',
   WEBHOOK_TIMEOUT: '2s',
   SIM_DELAY_SCALE: '0.01',
+  TEARDOWN_SWEEP_INTERVAL: '200ms',
 };
 
 /**
@@ -61,6 +65,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const database = await createTestDatabase();
   const temporal = temporalKind === 'dev' ? await createDevServerEnv() : temporalKind === 'time-skipping' ? await createTimeSkippingEnv() : null;
   const taskQueue = `test-${randomBytes(4).toString('hex')}`;
+  // Load balancers (real HAProxy by default): this stack's own directory and loopback range.
+  const lbDataDir = await mkdtemp(path.join(tmpdir(), 'stack-lb-'));
+  const dbaasDataDir = await mkdtemp(path.join(tmpdir(), 'stack-dbaas-'));
+  const lbBindAddress = `127.${100 + (randomBytes(1)[0] % 100)}.${randomBytes(1)[0] % 250}.0/24`;
   const config = loadConfig({
     ...process.env,
     DATABASE_URL: database.url,
@@ -70,8 +78,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     NODE_ENV: 'test',
+    LB_DATA_DIR: lbDataDir,
+    LB_BIND_ADDRESS: lbBindAddress,
     // Database instances of this stack, if a test makes any (never the checkout's .data/).
-    DBAAS_DATA_DIR: path.join(os.tmpdir(), `cloud-test-dbaas-${randomBytes(4).toString('hex')}`),
+    DBAAS_DATA_DIR: dbaasDataDir,
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
@@ -142,6 +152,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       await stopWorker();
       await api.close();
       await temporal?.teardown();
+      await new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).destroyAll();
+      await rm(lbDataDir, { recursive: true, force: true });
+      const instances = new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? dbaasDataDir });
+      for (const name of await instances.instanceNames()) await instances.destroyInstance(name);
+      await rm(dbaasDataDir, { recursive: true, force: true });
       await database.drop();
     },
   };

@@ -3,7 +3,7 @@ import { formatId } from '../../../common/ids';
 import { attachDbaasInstance, findInstance } from '../../../domain/dbaas/store';
 import { findServiceOfFamily } from '../../../domain/services';
 import { conflict } from '../../errors';
-import { defineRoute } from '../../route';
+import { defineDevRoute } from '../../route';
 import { idParams } from './schemas';
 
 /**
@@ -12,16 +12,11 @@ import { idParams } from './schemas';
  * a crash or an operator would do) to see the API answer without it.
  */
 export const dbaasDevRoutes = [
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/dbaas/{id}/instance',
     operationId: 'devDbaasAttachInstance',
     summary: 'Build the database instance of a dbaas service (what provisioning does)',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: idParams,
     body: z.object({ engine: z.enum(['postgresql', 'mysql']).optional() }).strict(),
     responses: [{ status: 200, description: 'The instance record' }],
@@ -31,16 +26,11 @@ export const dbaasDevRoutes = [
       return { body: { object: 'dbaas_instance', service: formatId('svc', row.service_id), instance: row.instance, engine: row.engine, host: row.host, port: row.port } };
     },
   }),
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/dbaas/{id}/power',
     operationId: 'devDbaasPower',
     summary: 'Stop or start the database instance of a dbaas service',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: idParams,
     body: z.object({ action: z.enum(['stop', 'start']) }).strict(),
     responses: [{ status: 200, description: 'The action is done' }],

@@ -117,7 +117,7 @@ const password = () =>
 const charset = () => z.string().regex(CHARSET_PATTERN, 'must be a name such as utf8mb4 or utf8mb4_unicode_ci');
 
 export const idParams = z.object({ id: idParam('svc_1') });
-export const databaseParams = z.object({ id: idParam('svc_1'), name: dbName().meta({ example: 'shop' }) });
+export const databaseParams = z.object({ id: idParam('svc_1'), name: dbName().meta({ example: 'shop', description: 'The database\'s name' }) });
 export const userParams = z.object({
   id: idParam('svc_1'),
   username: z.string().min(1).max(320).meta({ example: 'app', description: 'The user\'s name, or on MySQL its `user@host` id (URL-encoded: `app%40%25`); a name alone means every host of that name' }),
@@ -125,13 +125,13 @@ export const userParams = z.object({
 
 export const CreateDatabaseBody = z
   .object({
-    name: dbName(),
+    name: dbName().meta({ description: 'The new database\'s name' }),
     owner: dbName().optional().meta({ description: 'PostgreSQL: the owning user (default: the admin); other engines ignore it' }),
     charset: charset().optional().meta({ description: 'MySQL: the default character set (default utf8mb4); other engines ignore it' }),
     collation: charset().optional().meta({ description: 'MySQL: the default collation; other engines ignore it' }),
   })
   .strict();
-export const CreateUserBody = z.object({ username: dbName(), password: password() }).strict();
+export const CreateUserBody = z.object({ username: dbName().meta({ description: 'The new user\'s name (on MySQL the account is `username@%`)' }), password: password() }).strict();
 export const PasswordBody = z.object({ password: password() }).strict();
 export const LogsQuery = z.object({
   lines: z.coerce.number().int().min(1).max(1000).default(100).meta({ description: 'How many of the last entries, 1 to 1000 (default 100)' }),

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { formatId, parseNumericId } from '../../../common/ids';
 import { presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
 import { type BillingCycle } from '../../../providers/billing.provider';
+import { cancelOrder, createOrder, getOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
 import { orderCancelledSignal } from '../../../workflows/orders/signals';
 import type { AppDeps } from '../../deps';
 import { ApiError, notFound, validationFailed, type FieldError } from '../../errors';
@@ -104,15 +105,15 @@ export const orderRoutes = [
       }
       if (errors.length) throw validationFailed(errors);
 
+      const invalidPromo = (reason?: string) =>
+        new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');
       if (body.promo_code) {
         const promo = await billing.checkPromo(body.promo_code, product, cycle);
-        if (!promo.ok) {
-          throw new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${promo.reason ?? 'is not valid'}.`, 'promo_code');
-        }
+        if (!promo.ok) throw invalidPromo(promo.reason);
       }
       const hostnameTaken = () =>
         new ApiError(400, 'invalid_request_error', 'hostname_taken', `The site name "${body.site_name}" is already taken.`, 'site_name');
-      if (body.site_name && (await billing.isSiteNameTaken(body.site_name))) throw hostnameTaken();
+      if (body.site_name && (await isSiteNameTaken(deps.db, body.site_name))) throw hostnameTaken();
       const paymentMethod = body.payment_method ?? (methods.find((m) => m.default) ?? methods[0]).id;
 
       // The order id is taken up front so that the operation row, its resource and the workflow input
@@ -123,9 +124,7 @@ export const orderRoutes = [
       const initialResult = { order: { id: orderRef, status: 'pending' }, invoice: null };
       const undoOrder = async () => {
         // The operation could not start (Temporal did not answer): take the order back too.
-        const gone = await deps.db('orders').where({ id: orderId }).delete().returning('promo_code');
-        const code = gone[0]?.promo_code;
-        if (code) await deps.db('promo_codes').where({ code }).where('uses', '>', 0).decrement('uses', 1);
+        await withdrawOrder(deps.db, billing, orderId);
       };
       const op = await deps.operations.start({
         principal,
@@ -135,7 +134,7 @@ export const orderRoutes = [
         resource: { object: 'order', id: orderRef },
         initialStatus: 'pending',
         async inTransaction(trx, operationId) {
-          const created = await billing.createOrder(trx, {
+          const created = await createOrder(trx, billing, {
             id: orderId,
             accountId: principal.accountId,
             operationId,
@@ -148,7 +147,11 @@ export const orderRoutes = [
             currency,
             credentialId: principal.credentialId,
           });
-          if (!created) throw hostnameTaken();
+          if ('refused' in created) {
+            // Checked again inside the transaction: another order took the name or the last promo use meanwhile.
+            if (created.refused === 'site_name') throw hostnameTaken();
+            throw invalidPromo(created.reason);
+          }
           await trx('operations').where({ id: operationId }).update({ result: JSON.stringify(initialResult) });
         },
       }).catch(async (err: unknown) => {
@@ -173,7 +176,7 @@ export const orderRoutes = [
     async handler({ query, principal, deps }) {
       const list = listFingerprint('orders', { status: query.status });
       const before = decodeKey(deps, list, query.cursor);
-      const page = await deps.providers.billing.listOrders({ accountId: principal.accountId, status: query.status, limit: query.limit, before });
+      const page = await listOrders(deps.db, { accountId: principal.accountId, status: query.status, limit: query.limit, before });
       const last = page.items[page.items.length - 1];
       const nextCursor = page.hasMore && last ? deps.cursors.encode(list, Number(last.id)) : null;
       const data = await presentOrders(deps.db, deps.providers.billing, principal, page.items);
@@ -194,7 +197,7 @@ export const orderRoutes = [
     responses: [{ status: 200, description: 'The order', schema: OrderSchema }],
     async handler({ params, principal, deps }) {
       const id = parseNumericId('ord', params.id);
-      const order = id === null ? null : await deps.providers.billing.getOrder(principal.accountId, id);
+      const order = id === null ? null : await getOrder(deps.db, principal.accountId, id);
       if (!order) throw notFound('order');
       const [view] = await presentOrders(deps.db, deps.providers.billing, principal, [order]);
       return { body: view };
@@ -217,7 +220,7 @@ export const orderRoutes = [
     responses: [{ status: 200, description: 'The order after the cancellation', schema: OrderSchema }],
     async handler({ params, body, principal, deps }) {
       const id = parseNumericId('ord', params.id);
-      const outcome = id === null ? null : await deps.providers.billing.cancelOrder(principal.accountId, id, { type: body.type, reason: body.reason ?? null });
+      const outcome = id === null ? null : await cancelOrder(deps.db, deps.providers.billing, principal.accountId, id, { type: body.type, reason: body.reason ?? null });
       if (!outcome) throw notFound('order');
       if (outcome.kind === 'voided') {
         // The void is committed; the signal only spares the workflow its periodic re-read.

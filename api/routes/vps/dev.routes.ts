@@ -4,7 +4,7 @@ import { attachVpsMachine, findServer } from '../../../domain/vps/store';
 import { findServiceOfFamily } from '../../../domain/services';
 import { TASK_KINDS } from '../../../providers/hypervisor.provider';
 import { notFound } from '../../errors';
-import { defineRoute } from '../../route';
+import { defineDevRoute } from '../../route';
 import { HOSTNAME_RE, idParams } from './schemas';
 
 /**
@@ -12,16 +12,11 @@ import { HOSTNAME_RE, idParams } from './schemas';
  * machine on the hypervisor, and make a machine's next task fail (simulated hypervisor only).
  */
 export const vpsDevRoutes = [
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/vps/{id}/machine',
     operationId: 'devVpsAttachMachine',
     summary: 'Build the hypervisor machine of a VPS service (what provisioning does)',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: idParams,
     body: z
       .object({ type: z.enum(['qemu', 'lxc']).default('qemu'), hostname: z.string().regex(HOSTNAME_RE).max(253).optional(), node: z.string().optional() })
@@ -33,16 +28,11 @@ export const vpsDevRoutes = [
       return { body: { object: 'vps_machine', service: formatId('svc', server.service_id), vmid: server.vmid, node: server.node, type: server.type } };
     },
   }),
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/vps/{id}/fail-next-task',
     operationId: 'devVpsFailNextTask',
     summary: 'Make the next hypervisor task of a VPS fail',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: idParams,
     body: z.object({ message: z.string().min(1).max(200).optional(), kind: z.enum(TASK_KINDS).optional() }).strict(),
     responses: [{ status: 200, description: 'The fault is armed' }],

@@ -1,0 +1,46 @@
+import type { Knex } from 'knex';
+import type { Logger } from '../../common/logger';
+import type { LbProvider } from '../../providers/lb.provider';
+import { balancersToRun } from './store';
+
+/**
+ * Keeps every recorded balancer of a live service running, beside the worker: at start (after a
+ * host restart no HAProxy process is left) and then every `intervalMs` (a crashed one comes back).
+ * The provider's `create` is idempotent: a running balancer is only re-adopted through its pidfile,
+ * a stopped one is started with its last applied set, a lost one is rebuilt from the stored set.
+ */
+export class BalancerKeeper {
+  readonly name = 'lb-keeper';
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> = Promise.resolve();
+
+  constructor(private readonly deps: { db: Knex; lb: LbProvider; logger: Logger; intervalMs: number }) {}
+
+  async start(): Promise<void> {
+    this.running = this.pass();
+    this.timer = setInterval(() => {
+      this.running = this.running.then(() => this.pass());
+    }, this.deps.intervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  async pass(): Promise<void> {
+    try {
+      for (const balancer of await balancersToRun(this.deps.db)) {
+        try {
+          await this.deps.lb.create(balancer.service_id, balancer.listeners);
+        } catch (err) {
+          this.deps.logger.warn({ service: `svc_${balancer.service_id}`, err: (err as Error).message }, 'load balancer could not be started; next pass retries');
+        }
+      }
+    } catch (err) {
+      this.deps.logger.warn({ err: (err as Error).message }, 'load balancer keeper pass failed; next pass retries');
+    }
+  }
+}
