@@ -52,7 +52,9 @@ async function benchEngine(provider: DbInstancesAdapter, engine: DbEngine): Prom
   for (let i = 0; i < INSTANCES; i++) {
     const name = `bench-${engine}-${i}`;
     names.push(name);
-    await timed(provision, () => provider.createInstance({ name, serviceId: i + 1, engine, adminUsername: 'admin', adminPassword: `bench-admin-password-${i}` }));
+    await timed(provision, () =>
+      provider.createInstance({ name, serviceId: i + 1, engine, adminUsername: 'admin', adminPassword: `bench-admin-password-${i}` }),
+    );
   }
   const target = names[0];
   for (let i = 0; i < OBJECTS; i++) await timed(createDb, () => provider.createDatabase(target, { name: `db_${i}` }));
@@ -91,7 +93,14 @@ async function post(url: string, token: string | null, body: unknown): Promise<{
 
 async function benchHttp(root: string): Promise<void> {
   const database = await createTestDatabase();
-  const config = loadConfig({ ...process.env, DATABASE_URL: database.url, DBAAS_DATA_DIR: root, CLOUD_DEV_ENDPOINTS: '1', LOG_LEVEL: 'silent', NODE_ENV: 'test' });
+  const config = loadConfig({
+    ...process.env,
+    DATABASE_URL: database.url,
+    DBAAS_DATA_DIR: root,
+    CLOUD_DEV_ENDPOINTS: '1',
+    LOG_LEVEL: 'silent',
+    NODE_ENV: 'test',
+  });
   const api = await createApi(config, { db: database.db });
   const server = await new Promise<import('node:http').Server>((resolve) => {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
@@ -116,7 +125,9 @@ async function benchHttp(root: string): Promise<void> {
         if (res.status !== 201) throw new Error(`database: ${JSON.stringify(res.body)}`);
       }
       for (let i = 0; i < OBJECTS; i++) {
-        const res = await timed(createUserMs, () => post(`${base}/v1/dbaas/${svc.id}/users`, token, { username: `http_user_${i}`, password: `bench-user-password-${i}` }));
+        const res = await timed(createUserMs, () =>
+          post(`${base}/v1/dbaas/${svc.id}/users`, token, { username: `http_user_${i}`, password: `bench-user-password-${i}` }),
+        );
         if (res.status !== 201) throw new Error(`user: ${JSON.stringify(res.body)}`);
       }
       console.log(`${engine} through the API`);

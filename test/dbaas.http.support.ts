@@ -40,7 +40,13 @@ export function dbaasHttpSuite(engine: DbEngine) {
   async function client(username: string, password: string, database?: string) {
     const conn = await stack.http.get(`${base()}/connection`, { token });
     expect(conn.status, conn.text).toBe(200);
-    return connectClient(engine, { host: conn.body.host, port: conn.body.port, ca: conn.body.ca_certificate }, username, password, database ?? conn.body.database ?? undefined);
+    return connectClient(
+      engine,
+      { host: conn.body.host, port: conn.body.port, ca: conn.body.ca_certificate },
+      username,
+      password,
+      database ?? conn.body.database ?? undefined,
+    );
   }
   async function loginRefused(username: string, password: string, database?: string) {
     const session = await client(username, password, database).catch(() => null);
@@ -96,7 +102,7 @@ export function dbaasHttpSuite(engine: DbEngine) {
       expect(res.body.capabilities).toEqual(DEFAULT_CAPABILITIES.dbaas);
     });
 
-    it('404s another family\'s service and a service of another account', async () => {
+    it("404s another family's service and a service of another account", async () => {
       const vps = await createService(stack.db, stack.owner.accountId, { family: 'vps' });
       expect((await stack.http.get(`/v1/dbaas/${vps.id}`, { token })).status).toBe(404);
       const other = await createAccount(stack.db);
@@ -104,7 +110,7 @@ export function dbaasHttpSuite(engine: DbEngine) {
       expect((await stack.http.get(`/v1/dbaas/${foreign.id}/connection`, { token })).status).toBe(404);
     });
 
-    it('answers 409 for the instance\'s endpoints while a service has none yet; 400 for a capability the product lacks', async () => {
+    it("answers 409 for the instance's endpoints while a service has none yet; 400 for a capability the product lacks", async () => {
       const bare = await createService(stack.db, stack.owner.accountId, { family: 'dbaas' });
       const res = await stack.http.post(`/v1/dbaas/${bare.id}/databases`, { token, body: { name: 'x' } });
       expect(res.status).toBe(409);
@@ -112,11 +118,17 @@ export function dbaasHttpSuite(engine: DbEngine) {
       const get = await stack.http.get(`/v1/dbaas/${bare.id}`, { token });
       expect(get.body).toMatchObject({ state: null, version: null, host: null });
       expect('users' in get.body.capabilities).toBe(false);
-      await stack.db('services').where({ id: svc.serviceId }).update({ capabilities: JSON.stringify({ ...DEFAULT_CAPABILITIES.dbaas, stats: false }) });
+      await stack
+        .db('services')
+        .where({ id: svc.serviceId })
+        .update({ capabilities: JSON.stringify({ ...DEFAULT_CAPABILITIES.dbaas, stats: false }) });
       const refused = await stack.http.get(`${base()}/stats`, { token });
       expect(refused.status).toBe(400);
       expect(refused.body.error.code).toBe('unsupported_for_product');
-      await stack.db('services').where({ id: svc.serviceId }).update({ capabilities: JSON.stringify(DEFAULT_CAPABILITIES.dbaas) });
+      await stack
+        .db('services')
+        .where({ id: svc.serviceId })
+        .update({ capabilities: JSON.stringify(DEFAULT_CAPABILITIES.dbaas) });
     });
   });
 
@@ -125,7 +137,13 @@ export function dbaasHttpSuite(engine: DbEngine) {
       const conn = await stack.http.get(`${base()}/connection`, { token });
       expect(conn.status).toBe(200);
       DbaasConnectionSchema.parse(conn.body);
-      expect(conn.body).toMatchObject({ object: 'dbaas_connection', host: '127.0.0.1', database: isMysql ? null : 'postgres', username: 'admin', tls_mode: 'verify-full' });
+      expect(conn.body).toMatchObject({
+        object: 'dbaas_connection',
+        host: '127.0.0.1',
+        database: isMysql ? null : 'postgres',
+        username: 'admin',
+        tls_mode: 'verify-full',
+      });
       expect(conn.body.ca_certificate).toMatch(/^-----BEGIN CERTIFICATE-----/);
       const password = await adminPassword();
       expect(password.length).toBeGreaterThanOrEqual(12);
@@ -187,7 +205,10 @@ export function dbaasHttpSuite(engine: DbEngine) {
 
     it(isMysql ? 'applies charset and collation, ignores owner' : 'applies owner, ignores charset and collation', async () => {
       if (isMysql) {
-        const res = await stack.http.post(`${base()}/databases`, { token, body: { name: 'legacy', charset: 'latin1', collation: 'latin1_general_ci', owner: 'nobody' } });
+        const res = await stack.http.post(`${base()}/databases`, {
+          token,
+          body: { name: 'legacy', charset: 'latin1', collation: 'latin1_general_ci', owner: 'nobody' },
+        });
         expect(res.status, res.text).toBe(201);
         expect(res.body).toMatchObject({ owner: null, charset: 'latin1', collation: 'latin1_general_ci' });
         const bad = await stack.http.post(`${base()}/databases`, { token, body: { name: 'bad', charset: 'klingon' } });
@@ -212,7 +233,11 @@ export function dbaasHttpSuite(engine: DbEngine) {
   describe(`users and passwords (${engine})`, () => {
     it('creates a user that logs in over TLS, lists it with the admin, refuses bad input', async () => {
       secrets.push('carol-password-1234');
-      const created = await stack.http.post(`${base()}/users`, { token, body: { username: 'carol', password: 'carol-password-1234' }, headers: { 'idempotency-key': `user-${randomUUID()}` } });
+      const created = await stack.http.post(`${base()}/users`, {
+        token,
+        body: { username: 'carol', password: 'carol-password-1234' },
+        headers: { 'idempotency-key': `user-${randomUUID()}` },
+      });
       expect(created.status, created.text).toBe(201);
       DbaasUserSchema.parse(created.body);
       expect(created.body).toEqual({ object: 'dbaas_user', id: userId('carol'), username: 'carol', host: isMysql ? '%' : null, is_admin: false });
@@ -235,7 +260,7 @@ export function dbaasHttpSuite(engine: DbEngine) {
       expect(reserved.body.error.param).toBe('username');
     });
 
-    it('changes passwords with effect at once, the admin\'s too (credentials follow)', async () => {
+    it("changes passwords with effect at once, the admin's too (credentials follow)", async () => {
       secrets.push('carol-second-password');
       const res = await stack.http.post(`${base()}/users/${enc(userId('carol'))}/password`, { token, body: { password: 'carol-second-password' } });
       expect(res.status, res.text).toBe(204);
@@ -279,7 +304,13 @@ export function dbaasHttpSuite(engine: DbEngine) {
       const res = await stack.http.post(`${base()}/restart`, { token, headers: { 'idempotency-key': `restart-${randomUUID()}` } });
       expect(res.status, res.text).toBe(202);
       OperationSchema.parse(res.body);
-      expect(res.body).toMatchObject({ object: 'operation', type: 'dbaas.restart', status: 'succeeded', progress: 100, resource: { object: 'dbaas', id: svc.id } });
+      expect(res.body).toMatchObject({
+        object: 'operation',
+        type: 'dbaas.restart',
+        status: 'succeeded',
+        progress: 100,
+        resource: { object: 'dbaas', id: svc.id },
+      });
       expect(res.body.completed_at).not.toBeNull();
       expect(res.headers.get('location')).toBe(`/v1/operations/${res.body.id}`);
       expect(await session.alive()).toBe(false);
@@ -405,7 +436,9 @@ export function dbaasHttpSuite(engine: DbEngine) {
     it('an order provisions its own instance (admin password sealed at rest); termination destroys it', async () => {
       const { accountId } = await createAccount(stack.db, { credit: 0 });
       const { userId: ownerId } = await createUser(stack.db, accountId, { isOwner: true });
-      const key = await createApiKey(stack.db, accountId, ownerId, { scopes: ['orders:write', 'orders:read', 'operations:read', 'dbaas:read', 'dbaas:credentials', 'dbaas:write'] });
+      const key = await createApiKey(stack.db, accountId, ownerId, {
+        scopes: ['orders:write', 'orders:read', 'operations:read', 'dbaas:read', 'dbaas:credentials', 'dbaas:write'],
+      });
       const order = await stack.http.post('/v1/orders', {
         token: key.token,
         body: { product: PRODUCT[engine], billing_cycle: 'monthly', promo_code: 'WELCOME100' },
@@ -432,7 +465,13 @@ export function dbaasHttpSuite(engine: DbEngine) {
       expect(row.sealed_admin_password).toMatch(/^v1\./);
       expect(row.sealed_admin_password).not.toContain(creds.body.password);
       const conn = await stack.http.get(`/v1/dbaas/${serviceId}/connection`, { token: key.token });
-      const session = await connectClient(engine, { host: conn.body.host, port: conn.body.port, ca: conn.body.ca_certificate }, 'admin', creds.body.password, conn.body.database ?? undefined);
+      const session = await connectClient(
+        engine,
+        { host: conn.body.host, port: conn.body.port, ca: conn.body.ca_certificate },
+        'admin',
+        creds.body.password,
+        conn.body.database ?? undefined,
+      );
       await session.close();
 
       const dir = instancePaths(root, row.instance).dir;

@@ -35,7 +35,15 @@ export async function connectClient(
 ): Promise<ClientSession & { query(sql: string): Promise<unknown[]> }> {
   const ssl = target.tls === false ? undefined : target.ca ? { ca: target.ca, rejectUnauthorized: true } : { rejectUnauthorized: true };
   if (engine === 'postgresql') {
-    const client = new pg.Client({ host: target.host, port: target.port, user: username, password, database: database ?? 'postgres', ssl: ssl ?? false, connectionTimeoutMillis: 5_000 });
+    const client = new pg.Client({
+      host: target.host,
+      port: target.port,
+      user: username,
+      password,
+      database: database ?? 'postgres',
+      ssl: ssl ?? false,
+      connectionTimeoutMillis: 5_000,
+    });
     client.on('error', () => undefined);
     try {
       await client.connect();
@@ -44,7 +52,11 @@ export async function connectClient(
       throw err;
     }
     return {
-      alive: () => client.query('select 1').then(() => true, () => false),
+      alive: () =>
+        client.query('select 1').then(
+          () => true,
+          () => false,
+        ),
       close: () => client.end().catch(() => undefined),
       query: async (sql) => (await client.query(sql)).rows,
     };
@@ -52,7 +64,11 @@ export async function connectClient(
   const connection = await mysql.createConnection({ host: target.host, port: target.port, user: username, password, database, ssl, connectTimeout: 5_000 });
   connection.on('error', () => undefined);
   return {
-    alive: () => connection.query('select 1').then(() => true, () => false),
+    alive: () =>
+      connection.query('select 1').then(
+        () => true,
+        () => false,
+      ),
     close: async () => connection.destroy(),
     query: async (sql) => (await connection.query(sql))[0] as unknown[],
   };
@@ -87,9 +103,13 @@ async function restoreWithEngineTool(h: RealHarness, instance: string, dumpFile:
   const paths = instancePaths(h.root, instance);
   const { port } = await h.provider.status(instance);
   if (h.engine === 'postgresql') {
-    await run(path.join(installedPostgresBinDir(), 'psql'), ['-X', '-q', '-h', paths.run, '-p', String(port), '-U', 'postgres', '-d', 'postgres', '-f', dumpFile], {
-      as: await serverAccount('postgres'),
-    });
+    await run(
+      path.join(installedPostgresBinDir(), 'psql'),
+      ['-X', '-q', '-h', paths.run, '-p', String(port), '-U', 'postgres', '-d', 'postgres', '-f', dumpFile],
+      {
+        as: await serverAccount('postgres'),
+      },
+    );
   } else {
     await run('mariadb', [`--socket=${path.join(paths.run, 'mariadbd.sock')}`, '-u', 'root', '-e', `source ${dumpFile}`]);
   }
@@ -126,10 +146,12 @@ export function realInstanceTests(h: () => RealHarness) {
     await verified.close();
     // Without TLS the server refuses; with TLS but without the CA the client refuses the server.
     await expect(connectClient(engine, { host: info.host, port: info.port, ca: null, tls: false }, adminUsername, adminPassword)).rejects.toThrow();
-    await expect(connectClient(engine, { host: info.host, port: info.port, ca: null }, adminUsername, adminPassword)).rejects.toThrow(/self[- ]signed|unable to (get|verify)/i);
+    await expect(connectClient(engine, { host: info.host, port: info.port, ca: null }, adminUsername, adminPassword)).rejects.toThrow(
+      /self[- ]signed|unable to (get|verify)/i,
+    );
   });
 
-  it('restores a backup with the engine\'s own tool into a scratch instance, data and users included', async () => {
+  it("restores a backup with the engine's own tool into a scratch instance, data and users included", async () => {
     const { provider, instance, engine, adminUsername, adminPassword } = h();
     await provider.createDatabase(instance, { name: 'inventory' });
     await provider.createUser(instance, { username: 'carol', password: 'carols-password-42' });
@@ -155,7 +177,13 @@ export function realInstanceTests(h: () => RealHarness) {
     await restoreWithEngineTool(h(), 'scratch', provider.backupFile(instance, backup.id));
     const scratch = await provider.connectionInfo('scratch');
     expect(scratch.port).not.toBe(info.port);
-    const carol = await connectClient(engine, { host: scratch.host, port: scratch.port, ca: scratch.caCertificate }, 'carol', 'carols-password-42', 'inventory');
+    const carol = await connectClient(
+      engine,
+      { host: scratch.host, port: scratch.port, ca: scratch.caCertificate },
+      'carol',
+      'carols-password-42',
+      'inventory',
+    );
     expect(await carol.query('select id, name from items order by id')).toEqual([
       { id: 1, name: 'anvil' },
       { id: 2, name: 'rope' },

@@ -75,9 +75,9 @@ describe('simulated MariaDB: the provider contract', () => {
 
   it('creating an existing instance with another engine is refused; with the same engine it resets the admin password', async () => {
     const { instance } = h();
-    await expect(simulator.createInstance({ name: instance, serviceId: 1, engine: 'postgresql', adminUsername: 'admin', adminPassword: 'whatever-password' })).rejects.toBeInstanceOf(
-      BackendRefusedError,
-    );
+    await expect(
+      simulator.createInstance({ name: instance, serviceId: 1, engine: 'postgresql', adminUsername: 'admin', adminPassword: 'whatever-password' }),
+    ).rejects.toBeInstanceOf(BackendRefusedError);
     await simulator.createInstance({ name: instance, serviceId: 1, engine: 'mysql', adminUsername: 'admin', adminPassword: 'reset-admin-password' });
     await expect(h().connect('admin', 'simulated-admin-password')).rejects.toBeInstanceOf(BackendRefusedError);
     await (await h().connect('admin', 'reset-admin-password')).close();

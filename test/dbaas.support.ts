@@ -112,7 +112,10 @@ export function dbaasContract(h: () => ContractHarness) {
       expect(latin).toEqual({ name: 'legacy', owner: null, charset: 'latin1', collation: 'latin1_swedish_ci' });
       const byCollation = await provider.createDatabase(instance, { name: 'sorted', collation: 'utf8mb4_bin' });
       expect(byCollation).toMatchObject({ charset: 'utf8mb4', collation: 'utf8mb4_bin' });
-      await expectRejects(provider.createDatabase(instance, { name: 'bad1', charset: 'klingon' }), BackendRefusedError, { code: 'validation_failed', param: 'charset' });
+      await expectRejects(provider.createDatabase(instance, { name: 'bad1', charset: 'klingon' }), BackendRefusedError, {
+        code: 'validation_failed',
+        param: 'charset',
+      });
       await expectRejects(provider.createDatabase(instance, { name: 'bad2', charset: 'latin1', collation: 'utf8mb4_bin' }), BackendRefusedError, {
         code: 'validation_failed',
         param: 'collation',
@@ -143,13 +146,16 @@ export function dbaasContract(h: () => ContractHarness) {
     expect(users).toContainEqual({ id: userId(adminUsername), username: adminUsername, host: isMysql() ? '%' : null, isAdmin: true });
     expect(users.filter((u) => u.isAdmin)).toHaveLength(1);
     expect(JSON.stringify(users)).not.toContain(USER_PASSWORD);
-    await expectRejects(provider.createUser(instance, { username: 'bob', password: USER_PASSWORD }), BackendRefusedError, { code: 'already_exists', param: null });
+    await expectRejects(provider.createUser(instance, { username: 'bob', password: USER_PASSWORD }), BackendRefusedError, {
+      code: 'already_exists',
+      param: null,
+    });
     const session = await h().connect('bob', USER_PASSWORD);
     expect(await session.alive()).toBe(true);
     await session.close();
   });
 
-  it('changes a password with effect at once, the admin\'s too', async () => {
+  it("changes a password with effect at once, the admin's too", async () => {
     const { provider, instance, adminUsername, adminPassword } = h();
     await provider.setPassword(instance, { username: 'bob' }, 'bob-second-password');
     await expectLoginRefused(h(), 'bob', USER_PASSWORD);

@@ -75,7 +75,11 @@ describe('engine log parsing', () => {
       '2026-11-23 10:00:01 0 [ERROR] Something failed',
     ]);
     expect(entries).toEqual([
-      { timestamp: '2026-11-23T09:05:01.000Z', level: 'info', message: "/usr/sbin/mariadbd: ready for connections.\nVersion: '10.11.19-MariaDB'  socket: '/x/mariadbd.sock'  port: 40000  Debian 12" },
+      {
+        timestamp: '2026-11-23T09:05:01.000Z',
+        level: 'info',
+        message: "/usr/sbin/mariadbd: ready for connections.\nVersion: '10.11.19-MariaDB'  socket: '/x/mariadbd.sock'  port: 40000  Debian 12",
+      },
       { timestamp: '2026-11-23T10:00:00.000Z', level: 'warning', message: "Access denied for user 'bob'@'127.0.0.1' (using password: YES)" },
       { timestamp: '2026-11-23T10:00:01.000Z', level: 'error', message: 'Something failed' },
     ]);

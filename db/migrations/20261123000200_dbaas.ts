@@ -104,7 +104,15 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  for (const table of ['dbaas_instances', 'sim_dbaas_backups', 'sim_dbaas_log', 'sim_dbaas_sessions', 'sim_dbaas_users', 'sim_dbaas_databases', 'sim_dbaas_instances']) {
+  for (const table of [
+    'dbaas_instances',
+    'sim_dbaas_backups',
+    'sim_dbaas_log',
+    'sim_dbaas_sessions',
+    'sim_dbaas_users',
+    'sim_dbaas_databases',
+    'sim_dbaas_instances',
+  ]) {
     await knex.schema.dropTableIfExists(table);
   }
   await knex.raw('drop sequence if exists sim_dbaas_address_seq');

@@ -89,15 +89,17 @@ async function claimInstance(db: Knex, keyring: Keyring, serviceId: number, engi
 }
 
 async function recordConnection(db: Knex, serviceId: number, info: DbConnectionInfo): Promise<void> {
-  await db('dbaas_instances').where({ service_id: serviceId }).update({
-    host: info.host,
-    port: info.port,
-    default_database: info.database,
-    tls_mode: info.tlsMode,
-    ca_certificate: info.caCertificate,
-    ready_at: db.raw('coalesce(ready_at, now())'),
-    updated_at: db.fn.now(),
-  });
+  await db('dbaas_instances')
+    .where({ service_id: serviceId })
+    .update({
+      host: info.host,
+      port: info.port,
+      default_database: info.database,
+      tls_mode: info.tlsMode,
+      ca_certificate: info.caCertificate,
+      ready_at: db.raw('coalesce(ready_at, now())'),
+      updated_at: db.fn.now(),
+    });
 }
 
 /**

@@ -371,7 +371,10 @@ export class DbInstancesAdapter implements DbaasProvider {
       const earlier = (await this.backupMetas(inst)).find((m) => m.key === key);
       if (earlier) return this.backupOf(inst, earlier);
       const now = new Date();
-      const backupId = `${now.toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}-${randomBytes(3).toString('hex')}`;
+      const backupId = `${now
+        .toISOString()
+        .replace(/[-:]/g, '')
+        .replace(/\.\d+Z$/, 'Z')}-${randomBytes(3).toString('hex')}`;
       const dump = await driver.dumpCommand(inst);
       const file = (ext: string) => path.join(inst.paths.backups, `${backupId}${ext}`);
       const pid = await spawnDetached('/bin/sh', ['-c', DUMP_SCRIPT, backupMarker(backupId), dump.command, ...dump.args], {

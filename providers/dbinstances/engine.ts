@@ -12,16 +12,7 @@
  *     backups/<id>.sql|.json         dumps and their metadata
  */
 import path from 'node:path';
-import type {
-  DbDatabase,
-  DbEngine,
-  DbLogEntry,
-  DbLogLevel,
-  DbStats,
-  DbUser,
-  DbUserRef,
-  NewDbDatabase,
-} from '../dbaas.provider';
+import type { DbDatabase, DbEngine, DbLogEntry, DbLogLevel, DbStats, DbUser, DbUserRef, NewDbDatabase } from '../dbaas.provider';
 import type { Account } from './system';
 
 export interface InstanceRecord {
@@ -115,7 +106,11 @@ export interface EngineDriver {
 }
 
 /** Groups log lines into entries with `opens(line)` returning the entry a line starts, or null. */
-export function groupLogLines(lines: string[], opens: (line: string) => DbLogEntry | null, continuation: (entry: DbLogEntry, line: string) => void): DbLogEntry[] {
+export function groupLogLines(
+  lines: string[],
+  opens: (line: string) => DbLogEntry | null,
+  continuation: (entry: DbLogEntry, line: string) => void,
+): DbLogEntry[] {
   const entries: DbLogEntry[] = [];
   for (const line of lines) {
     const entry = opens(line);

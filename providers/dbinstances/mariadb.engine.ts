@@ -179,7 +179,12 @@ export class MariaDbEngine implements EngineDriver {
     );
     if (!ready || exited) {
       const tail = await fs.readFile(this.logFile(inst), 'utf8').catch(() => '');
-      const lastError = tail.trim().split('\n').filter((l) => /\[ERROR\]/.test(l)).slice(-2).join(' | ');
+      const lastError = tail
+        .trim()
+        .split('\n')
+        .filter((l) => /\[ERROR\]/.test(l))
+        .slice(-2)
+        .join(' | ');
       throw new CommandError('mariadbd', null, exited ? `exited during start: ${lastError || 'see its log'}` : 'did not answer within 60 s');
     }
   }
@@ -236,7 +241,9 @@ export class MariaDbEngine implements EngineDriver {
 
   async vitals(inst: Instance): Promise<ServerVitals> {
     return this.withConnection(inst, async (c) => {
-      const [rows] = await c.query<mysql.RowDataPacket[]>("select version() as version, (select variable_value from information_schema.global_status where variable_name = 'UPTIME') as uptime");
+      const [rows] = await c.query<mysql.RowDataPacket[]>(
+        "select version() as version, (select variable_value from information_schema.global_status where variable_name = 'UPTIME') as uptime",
+      );
       return { version: String(rows[0].version).split('-')[0], uptimeSeconds: Number(rows[0].uptime) };
     });
   }
@@ -256,18 +263,25 @@ export class MariaDbEngine implements EngineDriver {
 
   async createDatabase(inst: Instance, spec: NewDbDatabase): Promise<DbDatabase> {
     return this.withConnection(inst, async (c) => {
-      if ((await this.databaseRows(c, spec.name)).length)
-        throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
+      if ((await this.databaseRows(c, spec.name)).length) throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
       let charset = spec.charset;
       if (charset) {
         const [rows] = await c.query<mysql.RowDataPacket[]>('select 1 from information_schema.character_sets where character_set_name = ?', [charset]);
         if (!rows.length) throw new BackendRefusedError(BACKEND, `unknown character set "${charset}"`, 'validation_failed', 'charset');
       }
       if (spec.collation) {
-        const [rows] = await c.query<mysql.RowDataPacket[]>('select character_set_name as charset from information_schema.collations where collation_name = ?', [spec.collation]);
+        const [rows] = await c.query<mysql.RowDataPacket[]>(
+          'select character_set_name as charset from information_schema.collations where collation_name = ?',
+          [spec.collation],
+        );
         if (!rows.length) throw new BackendRefusedError(BACKEND, `unknown collation "${spec.collation}"`, 'validation_failed', 'collation');
         if (charset && rows[0].charset !== charset)
-          throw new BackendRefusedError(BACKEND, `collation "${spec.collation}" does not belong to character set "${charset}"`, 'validation_failed', 'collation');
+          throw new BackendRefusedError(
+            BACKEND,
+            `collation "${spec.collation}" does not belong to character set "${charset}"`,
+            'validation_failed',
+            'collation',
+          );
         charset ??= rows[0].charset as string;
       }
       const options = `${charset ? ` CHARACTER SET ${charset}` : ''}${spec.collation ? ` COLLATE ${spec.collation}` : ''}`;
@@ -298,7 +312,10 @@ export class MariaDbEngine implements EngineDriver {
         params.push(user.host);
       }
     }
-    const [rows] = await c.query<mysql.RowDataPacket[]>(`select User as user, Host as host from mysql.user where ${where.join(' and ')} order by User, Host`, params);
+    const [rows] = await c.query<mysql.RowDataPacket[]>(
+      `select User as user, Host as host from mysql.user where ${where.join(' and ')} order by User, Host`,
+      params,
+    );
     return rows.map((r) => ({ user: String(r.user), host: String(r.host) }));
   }
 
@@ -324,8 +341,7 @@ export class MariaDbEngine implements EngineDriver {
     await this.withConnection(inst, async (c) => {
       const accounts = await this.accounts(c, user);
       if (!accounts.length) throw new BackendGoneError(BACKEND, `user ${user.host === undefined ? user.username : `${user.username}@${user.host}`}`);
-      if (accounts.some((a) => this.toUser(inst, a).isAdmin))
-        throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
+      if (accounts.some((a) => this.toUser(inst, a).isAdmin)) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
       for (const a of accounts) await c.query('DROP USER ?@?', [a.user, a.host]);
       // DROP USER leaves open sessions alone: end the ones that came in through a dropped account
       // (the account's host is a LIKE pattern over the client address).
@@ -380,7 +396,12 @@ export class MariaDbEngine implements EngineDriver {
         sizeBytes: Number(size.size),
         transactions: { committed: s.com_commit ?? null, rolledBack: s.com_rollback ?? null },
         queries: s.questions ?? null,
-        rows: { returned: s.innodb_rows_read ?? null, inserted: s.innodb_rows_inserted ?? null, updated: s.innodb_rows_updated ?? null, deleted: s.innodb_rows_deleted ?? null },
+        rows: {
+          returned: s.innodb_rows_read ?? null,
+          inserted: s.innodb_rows_inserted ?? null,
+          updated: s.innodb_rows_updated ?? null,
+          deleted: s.innodb_rows_deleted ?? null,
+        },
         cacheHitRatio: requests > 0 ? Math.max(0, (requests - misses) / requests) : null,
         deadlocks: s.innodb_deadlocks ?? null,
         bytes: { received: s.bytes_received ?? null, sent: s.bytes_sent ?? null },

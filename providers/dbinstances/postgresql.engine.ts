@@ -53,8 +53,18 @@ function mapError(err: unknown, instance: string): Error {
 }
 
 const LEVELS: Record<string, DbLogLevel> = {
-  DEBUG1: 'debug', DEBUG2: 'debug', DEBUG3: 'debug', DEBUG4: 'debug', DEBUG5: 'debug',
-  LOG: 'info', INFO: 'info', NOTICE: 'notice', WARNING: 'warning', ERROR: 'error', FATAL: 'fatal', PANIC: 'fatal',
+  DEBUG1: 'debug',
+  DEBUG2: 'debug',
+  DEBUG3: 'debug',
+  DEBUG4: 'debug',
+  DEBUG5: 'debug',
+  LOG: 'info',
+  INFO: 'info',
+  NOTICE: 'notice',
+  WARNING: 'warning',
+  ERROR: 'error',
+  FATAL: 'fatal',
+  PANIC: 'fatal',
 };
 // log_line_prefix = '%m [%p] ': `2026-11-23 10:00:00.123 UTC [4242] LOG:  message`
 const LOG_LINE = /^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?) UTC \[\d+\] ([A-Z0-9]+):\s+(.*)$/;
@@ -132,7 +142,9 @@ export class PostgresEngine implements EngineDriver {
       log_min_error_statement: 'panic',
       log_statement: "'none'",
     };
-    const conf = Object.entries(settings).map(([k, v]) => `${k} = ${v}\n`).join('');
+    const conf = Object.entries(settings)
+      .map(([k, v]) => `${k} = ${v}\n`)
+      .join('');
     await fs.appendFile(path.join(paths.data, 'postgresql.conf'), `\n# Managed by the control plane\n${conf}`);
     await chownTree(paths.data, account);
   }
@@ -239,8 +251,7 @@ export class PostgresEngine implements EngineDriver {
       try {
         await c.query(`CREATE DATABASE ${ident(spec.name)} OWNER ${ident(owner)}`);
       } catch (err) {
-        if ((err as { code?: string }).code === '42P04')
-          throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
+        if ((err as { code?: string }).code === '42P04') throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
         throw err;
       }
       return { name: spec.name, owner, charset: null, collation: null };

@@ -245,7 +245,11 @@ export async function withFileLock<T>(file: string, fn: () => Promise<T>, timeou
  * The last lines of a text file, reading backwards in chunks so a large log costs only its tail.
  * `enough` decides when the lines read so far suffice (entries may span several lines).
  */
-export async function tailLines(file: string, enough: (lines: string[]) => boolean, maxBytes = 8 * 1024 * 1024): Promise<{ lines: string[]; fromStart: boolean }> {
+export async function tailLines(
+  file: string,
+  enough: (lines: string[]) => boolean,
+  maxBytes = 8 * 1024 * 1024,
+): Promise<{ lines: string[]; fromStart: boolean }> {
   const handle = await fs.open(file, 'r');
   try {
     const { size } = await handle.stat();

@@ -31,8 +31,22 @@ export async function ensureCertificateAuthority(root: string): Promise<Certific
     const certTmp = `${ca.certFile}.tmp`;
     const subject = `/O=Cloud control plane/CN=DBaaS CA ${os.hostname()} ${new Date().toISOString().slice(0, 10)}`;
     await run('openssl', [
-      'req', '-x509', ...CURVE, '-nodes', '-keyout', keyTmp, '-out', certTmp, '-days', String(CA_DAYS), '-subj', subject,
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
+      'req',
+      '-x509',
+      ...CURVE,
+      '-nodes',
+      '-keyout',
+      keyTmp,
+      '-out',
+      certTmp,
+      '-days',
+      String(CA_DAYS),
+      '-subj',
+      subject,
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
     ]);
     await fs.chmod(keyTmp, 0o600);
     await fs.chmod(certTmp, 0o644);
@@ -74,8 +88,23 @@ export async function issueServerCertificate(
   );
   await run('openssl', ['req', '-new', ...CURVE, '-nodes', '-keyout', keyFile, '-out', csr, '-subj', `/O=Cloud control plane/CN=${opts.commonName}`]);
   await run('openssl', [
-    'x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-set_serial', `0x${randomBytes(16).toString('hex')}`,
-    '-days', String(SERVER_DAYS), '-sha256', '-extfile', ext, '-out', certFile,
+    'x509',
+    '-req',
+    '-in',
+    csr,
+    '-CA',
+    ca.certFile,
+    '-CAkey',
+    ca.keyFile,
+    '-set_serial',
+    `0x${randomBytes(16).toString('hex')}`,
+    '-days',
+    String(SERVER_DAYS),
+    '-sha256',
+    '-extfile',
+    ext,
+    '-out',
+    certFile,
   ]);
   await fs.rm(csr, { force: true });
   await fs.rm(ext, { force: true });

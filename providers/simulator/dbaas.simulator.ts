@@ -169,7 +169,13 @@ export class DbaasSimulator implements DbaasProvider {
       }
       const host = row.engine === 'mysql' ? '%' : '';
       await trx('sim_dbaas_users')
-        .insert({ instance: spec.name, username: row.admin_username, host, password_hash: passwordHash(spec.name, row.admin_username, spec.adminPassword), is_admin: true })
+        .insert({
+          instance: spec.name,
+          username: row.admin_username,
+          host,
+          password_hash: passwordHash(spec.name, row.admin_username, spec.adminPassword),
+          is_admin: true,
+        })
         .onConflict(['instance', 'username', 'host'])
         .merge(['password_hash', 'is_admin']);
     });
@@ -279,7 +285,8 @@ export class DbaasSimulator implements DbaasProvider {
           throw new BackendRefusedError(BACKEND, `user "${owner}" does not exist`, 'validation_failed', 'owner');
       } else {
         charset = spec.charset ?? null;
-        if (charset && !(charset in MYSQL_CHARSETS)) throw new BackendRefusedError(BACKEND, `unknown character set "${charset}"`, 'validation_failed', 'charset');
+        if (charset && !(charset in MYSQL_CHARSETS))
+          throw new BackendRefusedError(BACKEND, `unknown character set "${charset}"`, 'validation_failed', 'charset');
         const wanted = spec.collation;
         if (wanted) {
           const owning = Object.keys(MYSQL_CHARSETS).find((cs) => wanted === MYSQL_CHARSETS[cs] || wanted.startsWith(`${cs}_`));
@@ -292,7 +299,14 @@ export class DbaasSimulator implements DbaasProvider {
         charset ??= ENGINES.mysql.charset;
         collation ??= MYSQL_CHARSETS[charset as string];
       }
-      await trx('sim_dbaas_databases').insert({ instance: id, name: spec.name, owner, charset, collation, size_bytes: row.engine === 'postgresql' ? EMPTY_DATABASE_BYTES : 0 });
+      await trx('sim_dbaas_databases').insert({
+        instance: id,
+        name: spec.name,
+        owner,
+        charset,
+        collation,
+        size_bytes: row.engine === 'postgresql' ? EMPTY_DATABASE_BYTES : 0,
+      });
       await trx('sim_dbaas_instances').where({ name: id }).increment('commits', 1);
       return this.toDatabase(row.engine, { name: spec.name, owner, charset, collation });
     });
@@ -384,7 +398,9 @@ export class DbaasSimulator implements DbaasProvider {
       }
       if (database && !(await trx('sim_dbaas_databases').where({ instance: id, name: database }).first()))
         throw new BackendRefusedError(BACKEND, `database "${database}" does not exist`, 'not_found');
-      const [session] = await trx('sim_dbaas_sessions').insert({ instance: id, username, database: database ?? null }).returning('id');
+      const [session] = await trx('sim_dbaas_sessions')
+        .insert({ instance: id, username, database: database ?? null })
+        .returning('id');
       return Number(session.id);
     });
   }
@@ -437,7 +453,10 @@ export class DbaasSimulator implements DbaasProvider {
       .join('sim_tasks as t', 't.id', 'b.task_id')
       .where('b.instance', id)
       .select('b.*', 't.status')
-      .orderBy([{ column: 'b.created_at', order: 'desc' }, { column: 'b.id', order: 'desc' }]);
+      .orderBy([
+        { column: 'b.created_at', order: 'desc' },
+        { column: 'b.id', order: 'desc' },
+      ]);
     if (key !== undefined) q.where('b.request_key', key);
     return q;
   }
@@ -452,7 +471,10 @@ export class DbaasSimulator implements DbaasProvider {
     const [earlier] = await this.backupRows(id, key);
     if (earlier) return this.toBackup(earlier);
     const now = new Date();
-    const backupId = `${now.toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}-${randomBytes(3).toString('hex')}`;
+    const backupId = `${now
+      .toISOString()
+      .replace(/[-:]/g, '')
+      .replace(/\.\d+Z$/, 'Z')}-${randomBytes(3).toString('hex')}`;
     await this.db.transaction(async (trx) => {
       const task = await this.tasks.enqueue(
         { backend: BACKEND, subject: id, kind: 'backup', key: `dbaas-backup:${id}:${key}`, params: { backup_id: backupId }, durationMs: TIMING_MS.backup },

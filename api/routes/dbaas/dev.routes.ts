@@ -23,7 +23,16 @@ export const dbaasDevRoutes = [
     async handler({ params, body, deps }) {
       const service = await findServiceOfFamily(deps.db, params.id, 'dbaas');
       const row = await attachDbaasInstance(deps.db, deps.providers.dbaas, deps.keyring, service, body.engine);
-      return { body: { object: 'dbaas_instance', service: formatId('svc', row.service_id), instance: row.instance, engine: row.engine, host: row.host, port: row.port } };
+      return {
+        body: {
+          object: 'dbaas_instance',
+          service: formatId('svc', row.service_id),
+          instance: row.instance,
+          engine: row.engine,
+          host: row.host,
+          port: row.port,
+        },
+      };
     },
   }),
   defineDevRoute({

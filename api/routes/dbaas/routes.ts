@@ -82,7 +82,7 @@ export const dbaasRoutes = [
     operationId: 'listDbaas',
     summary: 'List database services',
     description:
-      'From the control plane\'s database: `engine`, `version`, `state`, `host` and `plan` are `null`, and `capabilities` leaves out `databases` and `users` (absent means not queried, which differs from `false`). Read one service for live values.',
+      "From the control plane's database: `engine`, `version`, `state`, `host` and `plan` are `null`, and `capabilities` leaves out `databases` and `users` (absent means not queried, which differs from `false`). Read one service for live values.",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',
@@ -91,8 +91,19 @@ export const dbaasRoutes = [
     responses: [{ status: 200, description: 'A page of database services, newest first', schema: listOf(DbaasSchema, 'DbaasList') }],
     async handler({ query, principal, deps }) {
       const qb = visibleDbaasQuery(deps.db, principal);
-      const page = await keysetPage(qb, { cursors: deps.cursors, list: listFingerprint('dbaas', {}), column: 'services.id', limit: query.limit, cursor: query.cursor });
-      return { body: listEnvelope(page.rows.map((row) => presentDbaas(row, null)), page) };
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('dbaas', {}),
+        column: 'services.id',
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      return {
+        body: listEnvelope(
+          page.rows.map((row) => presentDbaas(row, null)),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -120,7 +131,7 @@ export const dbaasRoutes = [
     operationId: 'getDbaasConnection',
     summary: 'Get how to connect to a database service',
     description:
-      'Host, port, default database, admin username, TLS mode and the CA certificate that signed the server\'s certificate. Never a password, nor a URI containing one (see POST .../credentials). From the control plane\'s records: it answers while the instance is down.',
+      "Host, port, default database, admin username, TLS mode and the CA certificate that signed the server's certificate. Never a password, nor a URI containing one (see POST .../credentials). From the control plane's records: it answers while the instance is down.",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',
@@ -177,7 +188,7 @@ export const dbaasRoutes = [
     operationId: 'createDbaasDatabase',
     summary: 'Create a database',
     description:
-      'Body `name`; `owner` applies to PostgreSQL only (a user of the instance; default the admin), `charset` and `collation` to MySQL only; each engine ignores the others\'. The response has no size or table count. `409 conflict` when it exists.',
+      "Body `name`; `owner` applies to PostgreSQL only (a user of the instance; default the admin), `charset` and `collation` to MySQL only; each engine ignores the others'. The response has no size or table count. `409 conflict` when it exists.",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -190,7 +201,8 @@ export const dbaasRoutes = [
       const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
       const check = checkDatabaseName(body.name, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
-      const spec = instance.engine === 'postgresql' ? { name: body.name, owner: body.owner } : { name: body.name, charset: body.charset, collation: body.collation };
+      const spec =
+        instance.engine === 'postgresql' ? { name: body.name, owner: body.owner } : { name: body.name, charset: body.charset, collation: body.collation };
       const database = await deps.providers.dbaas.createDatabase(instance.instance, spec);
       return { status: 201, body: presentDatabase(database) };
     },
@@ -219,7 +231,8 @@ export const dbaasRoutes = [
     path: '/v1/dbaas/{id}/users',
     operationId: 'listDbaasUsers',
     summary: 'List the users of a database service',
-    description: 'Read from the instance, the admin included (`is_admin`). On MySQL the same name may appear with several hosts: the `user@host` pair is the user\'s `id`.',
+    description:
+      "Read from the instance, the admin included (`is_admin`). On MySQL the same name may appear with several hosts: the `user@host` pair is the user's `id`.",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',
@@ -263,7 +276,7 @@ export const dbaasRoutes = [
     operationId: 'deleteDbaasUser',
     summary: 'Delete a user',
     description:
-      'Ends the user\'s open sessions, then removes it; deletes no data (on PostgreSQL what it owned passes to the admin). On MySQL a name alone removes every host of that name, `user@host` one account. The admin cannot be deleted (`409`). `404` when there is no such user.',
+      "Ends the user's open sessions, then removes it; deletes no data (on PostgreSQL what it owned passes to the admin). On MySQL a name alone removes every host of that name, `user@host` one account. The admin cannot be deleted (`409`). `404` when there is no such user.",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -281,9 +294,9 @@ export const dbaasRoutes = [
     method: 'post',
     path: '/v1/dbaas/{id}/users/{username}/password',
     operationId: 'setDbaasUserPassword',
-    summary: 'Change a user\'s password',
+    summary: "Change a user's password",
     description:
-      'Body `password`. Effective immediately for new logins; works for the admin user too (POST .../credentials then returns the new one). The password is not stored (the admin\'s is kept sealed), not returned, not logged.',
+      "Body `password`. Effective immediately for new logins; works for the admin user too (POST .../credentials then returns the new one). The password is not stored (the admin's is kept sealed), not returned, not logged.",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -336,7 +349,7 @@ export const dbaasRoutes = [
     path: '/v1/dbaas/{id}/logs',
     operationId: 'getDbaasLogs',
     summary: 'Tail the engine log of a database service',
-    description: 'The last `lines` entries (default 100, at most 1000) of the engine\'s own log, oldest to newest. Statements are never written to it.',
+    description: "The last `lines` entries (default 100, at most 1000) of the engine's own log, oldest to newest. Statements are never written to it.",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',
@@ -355,7 +368,8 @@ export const dbaasRoutes = [
     path: '/v1/dbaas/{id}/stats',
     operationId: 'getDbaasStats',
     summary: 'Get statistics of a database service',
-    description: 'A snapshot read from the engine\'s own statistics views (PostgreSQL `pg_stat_*`, MariaDB global status); a figure the engine does not keep is `null`.',
+    description:
+      "A snapshot read from the engine's own statistics views (PostgreSQL `pg_stat_*`, MariaDB global status); a figure the engine does not keep is `null`.",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',
@@ -372,7 +386,8 @@ export const dbaasRoutes = [
     path: '/v1/dbaas/{id}/backups',
     operationId: 'listDbaasBackups',
     summary: 'List the backups of a database service',
-    description: 'Newest first, with `status` (`running`, `completed`, `failed`) and `size_bytes` once completed. A backup is a dump made by the engine\'s own tool (pg_dumpall, mariadb-dump).',
+    description:
+      "Newest first, with `status` (`running`, `completed`, `failed`) and `size_bytes` once completed. A backup is a dump made by the engine's own tool (pg_dumpall, mariadb-dump).",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',

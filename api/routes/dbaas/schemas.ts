@@ -2,13 +2,7 @@ import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import { iso } from '../../../common/time';
 import type { DbaasInstanceRow } from '../../../domain/dbaas/store';
-import {
-  CHARSET_PATTERN,
-  DB_NAME_PATTERN,
-  checkPassword,
-  PASSWORD_MAX_LENGTH,
-  PASSWORD_MIN_LENGTH,
-} from '../../../domain/dbaas/validation';
+import { CHARSET_PATTERN, DB_NAME_PATTERN, checkPassword, PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../../../domain/dbaas/validation';
 import type { ServiceRow } from '../../../domain/services';
 import type { DbBackup, DbDatabase, DbInstanceStatus, DbLogEntry, DbStats, DbUser } from '../../../providers/dbaas.provider';
 import { idParam } from '../../schemas';
@@ -24,15 +18,20 @@ export const DbaasSchema = z
   .object({
     object: z.literal('dbaas'),
     id: z.string().meta({ description: 'The service id' }),
-    name: z.string().nullable().meta({ description: 'The service\'s label (its name in the catalog when it has none)' }),
+    name: z.string().nullable().meta({ description: "The service's label (its name in the catalog when it has none)" }),
     engine: z.enum(ENGINES).nullable().meta({ description: '`mysql` runs MariaDB. Null in lists' }),
-    version: z.string().nullable().meta({ description: 'Live: the server\'s version. Null in lists and when the instance does not answer' }),
+    version: z.string().nullable().meta({ description: "Live: the server's version. Null in lists and when the instance does not answer" }),
     state: z.enum(['running']).nullable().meta({ description: 'Live: `running` when the instance answers; null in lists and when it does not' }),
-    host: z.string().nullable().meta({ description: 'Live: where the instance accepts clients (with `port` of /connection). Null in lists and when it does not answer' }),
+    host: z
+      .string()
+      .nullable()
+      .meta({ description: 'Live: where the instance accepts clients (with `port` of /connection). Null in lists and when it does not answer' }),
     plan: z.string().nullable().meta({ description: 'The catalog product. Null in lists' }),
     capabilities: z
       .record(z.string(), z.boolean())
-      .meta({ description: 'Lists, and reads whose instance does not answer, leave out `databases` and `users`: absent means not queried, which differs from false' }),
+      .meta({
+        description: 'Lists, and reads whose instance does not answer, leave out `databases` and `users`: absent means not queried, which differs from false',
+      }),
     created_at: z.string().nullable(),
   })
   .meta({ id: 'Dbaas' });
@@ -44,7 +43,9 @@ export const DbaasConnectionSchema = z
     port: z.number().int(),
     database: z.string().nullable().meta({ description: 'The database a client lands in (`postgres`); null on MySQL, which needs none' }),
     username: z.string().meta({ description: 'The admin user' }),
-    tls_mode: z.literal('verify-full').meta({ description: 'The server accepts TLS only, with a certificate for `host` signed by `ca_certificate`: verify both' }),
+    tls_mode: z
+      .literal('verify-full')
+      .meta({ description: 'The server accepts TLS only, with a certificate for `host` signed by `ca_certificate`: verify both' }),
     ca_certificate: z.string().meta({ description: 'PEM' }),
   })
   .meta({ id: 'DbaasConnection' });
@@ -105,7 +106,7 @@ export const DbaasStatsSchema = z
     deadlocks: nullableNumber,
     bytes: z.object({ received: nullableNumber, sent: nullableNumber }),
   })
-  .meta({ id: 'DbaasStats', description: 'A snapshot of the engine\'s own statistics views; a figure the engine does not keep is null' });
+  .meta({ id: 'DbaasStats', description: "A snapshot of the engine's own statistics views; a figure the engine does not keep is null" });
 
 const nameMessage = 'must be 1 to 63 characters: lower-case letters, digits and underscores, not starting with a digit';
 const dbName = () => z.string().regex(DB_NAME_PATTERN, nameMessage);
@@ -117,21 +118,30 @@ const password = () =>
 const charset = () => z.string().regex(CHARSET_PATTERN, 'must be a name such as utf8mb4 or utf8mb4_unicode_ci');
 
 export const idParams = z.object({ id: idParam('svc_1') });
-export const databaseParams = z.object({ id: idParam('svc_1'), name: dbName().meta({ example: 'shop', description: 'The database\'s name' }) });
+export const databaseParams = z.object({ id: idParam('svc_1'), name: dbName().meta({ example: 'shop', description: "The database's name" }) });
 export const userParams = z.object({
   id: idParam('svc_1'),
-  username: z.string().min(1).max(320).meta({ example: 'app', description: 'The user\'s name, or on MySQL its `user@host` id (URL-encoded: `app%40%25`); a name alone means every host of that name' }),
+  username: z
+    .string()
+    .min(1)
+    .max(320)
+    .meta({
+      example: 'app',
+      description: "The user's name, or on MySQL its `user@host` id (URL-encoded: `app%40%25`); a name alone means every host of that name",
+    }),
 });
 
 export const CreateDatabaseBody = z
   .object({
-    name: dbName().meta({ description: 'The new database\'s name' }),
+    name: dbName().meta({ description: "The new database's name" }),
     owner: dbName().optional().meta({ description: 'PostgreSQL: the owning user (default: the admin); other engines ignore it' }),
     charset: charset().optional().meta({ description: 'MySQL: the default character set (default utf8mb4); other engines ignore it' }),
     collation: charset().optional().meta({ description: 'MySQL: the default collation; other engines ignore it' }),
   })
   .strict();
-export const CreateUserBody = z.object({ username: dbName().meta({ description: 'The new user\'s name (on MySQL the account is `username@%`)' }), password: password() }).strict();
+export const CreateUserBody = z
+  .object({ username: dbName().meta({ description: "The new user's name (on MySQL the account is `username@%`)" }), password: password() })
+  .strict();
 export const PasswordBody = z.object({ password: password() }).strict();
 export const LogsQuery = z.object({
   lines: z.coerce.number().int().min(1).max(1000).default(100).meta({ description: 'How many of the last entries, 1 to 1000 (default 100)' }),
@@ -174,7 +184,13 @@ export const presentConnection = (row: DbaasInstanceRow): z.input<typeof DbaasCo
 
 export const presentDatabase = (d: DbDatabase): z.input<typeof DbaasDatabaseSchema> => ({ object: 'dbaas_database', ...d });
 
-export const presentUser = (u: DbUser): z.input<typeof DbaasUserSchema> => ({ object: 'dbaas_user', id: u.id, username: u.username, host: u.host, is_admin: u.isAdmin });
+export const presentUser = (u: DbUser): z.input<typeof DbaasUserSchema> => ({
+  object: 'dbaas_user',
+  id: u.id,
+  username: u.username,
+  host: u.host,
+  is_admin: u.isAdmin,
+});
 
 export const presentBackup = (b: DbBackup): z.input<typeof DbaasBackupSchema> => ({
   object: 'dbaas_backup',
