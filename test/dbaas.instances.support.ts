@@ -17,8 +17,11 @@ import { expectRejects, waitForBackup, type ClientSession, type ContractHarness 
  * file's tests (plus a scratch instance to restore a backup into), destroyed afterwards.
  */
 
+export type RealSession = ClientSession & { query(sql: string): Promise<unknown[]> };
+
 export interface RealHarness extends ContractHarness {
   provider: DbInstancesAdapter;
+  connect(username: string, password: string, database?: string): Promise<RealSession>;
   root: string;
   close(): Promise<void>;
 }
@@ -32,7 +35,7 @@ export async function connectClient(
   username: string,
   password: string,
   database?: string,
-): Promise<ClientSession & { query(sql: string): Promise<unknown[]> }> {
+): Promise<RealSession> {
   const ssl = target.tls === false ? undefined : target.ca ? { ca: target.ca, rejectUnauthorized: true } : { rejectUnauthorized: true };
   if (engine === 'postgresql') {
     const client = new pg.Client({
@@ -218,6 +221,30 @@ export function realInstanceTests(h: () => RealHarness) {
       for (const s of secrets) expect(text.includes(s), `${s} in ${file}`).toBe(false);
     }
     await provider.destroyInstance('secretive');
+  });
+
+  it('gives the admin its own instance, not the machine: no server programs or files, no global settings', async () => {
+    const { engine, adminUsername, adminPassword } = h();
+    const admin = await h().connect(adminUsername, adminPassword);
+    try {
+      if (engine === 'postgresql') {
+        await expect(admin.query('grant pg_execute_server_program to admin')).rejects.toThrow(/permission denied|must have admin option/i);
+        await expect(admin.query("copy (select 1) to program 'true'")).rejects.toThrow(/permission denied|must be superuser|pg_execute_server_program/i);
+        await expect(admin.query("select pg_read_file('/etc/hostname')")).rejects.toThrow(/permission denied/i);
+        await expect(admin.query('create role sneaky login')).rejects.toThrow(/permission denied/i);
+        expect(await admin.query('create database admin_made')).toEqual([]);
+        await admin.query('drop database admin_made');
+      } else {
+        expect(await admin.query("select load_file('/etc/hostname') as f")).toEqual([{ f: null }]);
+        await expect(admin.query("select 1 into outfile '/tmp/escape.txt'")).rejects.toThrow(/denied|secure-file-priv/i);
+        await expect(admin.query("set global general_log_file = '/tmp/escape.log'")).rejects.toThrow(/denied|SUPER/i);
+        await expect(admin.query('shutdown')).rejects.toThrow(/denied|SHUTDOWN/i);
+        await admin.query('create database admin_made');
+        await admin.query('drop database admin_made');
+      }
+    } finally {
+      await admin.close();
+    }
   });
 
   it('outlives the process that started it: another process adopts it, and restarts it after a crash', async () => {

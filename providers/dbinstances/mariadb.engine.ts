@@ -6,7 +6,9 @@
  * Access: clients over TCP on the loopback port with TLS required (`require_secure_transport`);
  * the control plane as `root@localhost` over the instance's private socket with unix_socket
  * authentication, so it holds no customer password. The customer's admin is `<admin>@%` with
- * every privilege and the grant option.
+ * every privilege and the grant option except FILE, SUPER and SHUTDOWN: no file of the machine
+ * (the instances share the `mysql` account), no global settings such as log file paths; and
+ * `secure_file_priv` keeps file import/export inside the instance's own `files/` directory.
  */
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -108,7 +110,7 @@ export class MariaDbEngine implements EngineDriver {
   async initialize(inst: Instance, tls: { certFile: string; keyFile: string }): Promise<void> {
     const account = await this.account();
     const { paths, rec } = inst;
-    for (const dir of [paths.data, paths.run, paths.log, paths.backups]) await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    for (const dir of [paths.data, paths.run, paths.log, paths.backups, path.join(paths.dir, 'files')]) await fs.mkdir(dir, { recursive: true, mode: 0o700 });
     const settings = [
       '[mariadbd]',
       `datadir=${paths.data}`,
@@ -132,6 +134,8 @@ export class MariaDbEngine implements EngineDriver {
       // Statements are never written to a log (they may set passwords).
       'general-log=0',
       'slow-query-log=0',
+      // LOAD DATA INFILE, SELECT ... INTO OUTFILE and LOAD_FILE() only inside this instance.
+      `secure-file-priv=${path.join(paths.dir, 'files')}`,
       '',
     ];
     await fs.writeFile(this.cnf(inst), settings.join('\n'), { mode: 0o644 });
@@ -236,6 +240,7 @@ export class MariaDbEngine implements EngineDriver {
       if (rows.length) await c.query("ALTER USER ?@'%' IDENTIFIED BY PASSWORD ?", [admin, hash]);
       else await c.query("CREATE USER ?@'%' IDENTIFIED BY PASSWORD ?", [admin, hash]);
       await c.query("GRANT ALL PRIVILEGES ON *.* TO ?@'%' WITH GRANT OPTION", [admin]);
+      await c.query("REVOKE FILE, SUPER, SHUTDOWN ON *.* FROM ?@'%'", [admin]);
     });
   }
 

@@ -5,8 +5,10 @@
  * Access: clients over TCP on the loopback port with TLS only (`hostssl`, SCRAM); the control
  * plane as the bootstrap superuser `postgres` over the instance's private Unix socket (directory
  * 0700, peer authentication mapped from the OS accounts root/postgres), so it never needs, and
- * never holds, a customer password. The customer's admin is not a superuser: it can create
- * databases and roles, monitor and end sessions, and is granted every user created through the API.
+ * never holds, a customer password. The customer's admin is not a superuser and has no CREATEROLE
+ * (on PostgreSQL 15 it could grant itself pg_execute_server_program and run programs as the
+ * server's account, next to other instances): it creates databases, monitors and ends sessions,
+ * and is granted every user created through the API, whose objects it can therefore manage.
  */
 import { promises as fs, readdirSync } from 'node:fs';
 import path from 'node:path';
@@ -215,7 +217,7 @@ export class PostgresEngine implements EngineDriver {
     const verifier = literal(scramSha256Verifier(password));
     await this.withClient(inst, async (c) => {
       const { rowCount } = await c.query('select 1 from pg_roles where rolname = $1', [admin]);
-      const attrs = 'LOGIN CREATEDB CREATEROLE NOSUPERUSER';
+      const attrs = 'LOGIN CREATEDB NOCREATEROLE NOSUPERUSER';
       if (rowCount) await c.query(`ALTER ROLE ${ident(admin)} ${attrs} PASSWORD ${verifier}`);
       else await c.query(`CREATE ROLE ${ident(admin)} ${attrs} PASSWORD ${verifier}`);
       await c.query(`GRANT pg_monitor, pg_signal_backend TO ${ident(admin)}`);
