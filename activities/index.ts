@@ -7,6 +7,7 @@ import { createProvisioners } from '../domain/provisioning';
 import type { TemporalGateway } from '../domain/temporal';
 import type { Providers } from '../providers';
 import { withBackendErrors } from './kit';
+import { createDbaasActivities } from './dbaas/activities';
 import { createOperationActivities } from './operations.activities';
 import { createOrderActivities } from './orders/activities';
 import { createServiceActivities } from './services/activities';
@@ -36,6 +37,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createServiceActivities({ ...deps, provisioners }),
     ...createWebhookActivities(deps),
     ...createVpsActivities(deps),
+    ...createDbaasActivities(deps),
   });
 }
 

@@ -83,6 +83,14 @@ export const configSchema = z
     LB_DATA_DIR: z.string().default('.data/lb'),
     /** How often the worker makes sure every balancer of a live service runs (restarted after a crash or a host restart). */
     LB_KEEPER_INTERVAL: duration('60s'),
+    /** `instances`: each dbaas service is its own PostgreSQL/MariaDB server on this machine; `simulator`: PostgreSQL-backed stand-in. */
+    DBAAS_BACKEND: z.enum(['instances', 'simulator']).default('instances'),
+    /** Where the instances live (data, sockets, TLS, logs, backups); `<checkout>/.data/dbaas` when unset. */
+    DBAAS_DATA_DIR: z.string().optional(),
+    /** The address clients are given to reach the instances (they listen on 127.0.0.1). */
+    DBAAS_HOST: z.string().default('127.0.0.1'),
+    /** How often the worker starts the database instances that should run and do not (after a crash or a host restart). */
+    DBAAS_KEEPER_INTERVAL: duration('60s'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
+import { DbaasProvisioner } from './dbaas/provisioner';
 import { VpsProvisioner } from './vps/provisioner';
 import { LbProvisioner } from './lb/provisioner';
 
@@ -93,7 +94,8 @@ export class GenericProvisioner implements ServiceProvisioner {
 export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring }): ProvisionerRegistry {
   return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
     .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
-    .register('lb', new LbProvisioner(deps.db, deps.providers.lb));
+    .register('lb', new LbProvisioner(deps.db, deps.providers.lb))
+    .register('dbaas', new DbaasProvisioner(deps.db, deps.providers.dbaas, deps.keyring));
 }
 
 /** What a provisioner needs to know about a service an order created (null for seeded services). */

@@ -1,10 +1,14 @@
 import type { Knex } from 'knex';
+import path from 'node:path';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import { SimulatedBillingClock } from './simulator/billing-clock';
 import { backendOf } from '../common/families';
 import type { BillingProvider } from './billing.provider';
 import type { ServiceBuildProvider } from './builds.provider';
+import type { DbaasProvider } from './dbaas.provider';
+import { DbInstancesAdapter } from './dbinstances/dbinstances.adapter';
+import { DbaasSimulator } from './simulator/dbaas.simulator';
 import type { HypervisorProvider } from './hypervisor.provider';
 import { HaproxyLbProvider } from './haproxy/haproxy.adapter';
 import type { LbProvider } from './lb.provider';
@@ -29,6 +33,8 @@ export interface Providers {
   hypervisor: HypervisorProvider;
   /** Load balancers: one HAProxy process each (LB_BACKEND=haproxy) or the simulator. */
   lb: LbProvider;
+  /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
+  dbaas: DbaasProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
 }
@@ -51,7 +57,14 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
     switchboard,
     'lb',
   );
-  return { switchboard, billing, builds, hypervisor, lb, faults: tasks };
+  const dbaas = withOutageSwitch(
+    config.DBAAS_BACKEND === 'simulator'
+      ? new DbaasSimulator(db, tasks)
+      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? path.resolve(__dirname, '..', '.data', 'dbaas'), host: config.DBAAS_HOST }),
+    switchboard,
+    'dbaas',
+  );
+  return { switchboard, billing, builds, hypervisor, lb, dbaas, faults: tasks };
 }
 
 /**

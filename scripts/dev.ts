@@ -7,6 +7,7 @@ import { randomBase62 } from '../common/crypto';
 import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
 import { createProviders } from '../providers';
+import { loadKeyring } from '../domain/instance';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../domain/temporal';
 
 /**
@@ -91,7 +92,7 @@ async function main() {
   const db = createDb(config.DATABASE_URL);
   await db.migrate.latest();
   const passwords = demoPasswords();
-  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), { apiPort: config.PORT });
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), { apiPort: config.PORT, keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY) });
   await db.destroy();
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {

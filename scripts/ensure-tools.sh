@@ -27,6 +27,7 @@ fi
 # Headless Chromium for the reference page test.
 bash scripts/install/chromium.sh
 bash scripts/install/haproxy.sh  # load balancers (providers/haproxy/)
+bash scripts/install/dbaas.sh  # DBaaS instances: PostgreSQL and MariaDB server binaries, openssl
 
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.
 if [ -n "${DATABASE_URL:-}" ]; then

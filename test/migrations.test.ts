@@ -1,5 +1,6 @@
 import { createProviders } from '../providers';
 import { loadConfig } from '../common/config';
+import { Keyring } from '../common/crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './helpers/db';
 import { migrationSource } from '../db/migrations';
@@ -31,14 +32,15 @@ describe('migrations', () => {
 describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
-    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator' }) }));
+    const keyring = Keyring.fromString('ab'.repeat(32));
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' }) }), { keyring });
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator' }) }));
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' }) }), { keyring });
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 
@@ -57,5 +59,9 @@ describe('demo seed', () => {
     const balancers = await database.db('lb_balancers');
     expect(balancers).toHaveLength(1);
     expect(balancers[0].listeners.map((l: { name: string }) => l.name)).toEqual(['api']);
+    // One database service per engine, each with its instance (the simulator here; real servers in npm start).
+    const instances = await database.db('dbaas_instances').join('services', 'services.id', 'dbaas_instances.service_id').where('services.account_id', 1);
+    expect(instances.map((i) => i.engine).sort()).toEqual(['mysql', 'postgresql']);
+    for (const i of instances) expect(i.ready_at).not.toBeNull();
   });
 });

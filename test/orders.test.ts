@@ -31,7 +31,7 @@ describe('catalog and payment methods', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ object: 'list', has_more: false, next_cursor: null });
     const slugs = res.body.data.map((p: any) => p.product);
-    expect(slugs).toHaveLength(11); // 13 seeded, one hidden and one retired
+    expect(slugs).toHaveLength(12); // 14 seeded, one hidden and one retired
     expect(slugs).not.toContain('vps-legacy');
     expect(slugs).not.toContain('vps-staff');
     for (const p of res.body.data) expect(ProductSchema.safeParse(p).success, JSON.stringify(p)).toBe(true);
@@ -63,8 +63,8 @@ describe('catalog and payment methods', () => {
       seen.push(...page.body.data.map((p: any) => p.product));
       cursor = page.body.has_more ? page.body.next_cursor : null;
     } while (cursor);
-    expect(seen).toHaveLength(11);
-    expect(new Set(seen).size).toBe(11);
+    expect(seen).toHaveLength(12);
+    expect(new Set(seen).size).toBe(12);
 
     expect((await stack.http.get('/v1/orders/products?limit=0', { token: c.token })).body.error).toMatchObject({ code: 'validation_failed', param: 'limit' });
     expect((await stack.http.get('/v1/orders/products?family=spaceships', { token: c.token })).body.error).toMatchObject({ code: 'validation_failed', param: 'family' });

@@ -4,6 +4,7 @@ import { simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
 import { terminateDueServices } from '../domain/orders/store';
 import { BalancerKeeper } from '../domain/lb/keeper';
+import { InstanceKeeper } from '../domain/dbaas/keeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -24,6 +25,8 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     // Load balancers: every balancer of a live service runs (after a host restart, after a crash).
     new BalancerKeeper({ db: deps.db, lb: deps.providers.lb, logger: deps.logger, intervalMs: deps.config.LB_KEEPER_INTERVAL }),
     // What simulated backends do on their own (billing carries out due cancellations).
+    // Database instances: every one that should run runs (after a host restart, after a crash).
+    new InstanceKeeper({ dbaas: deps.providers.dbaas, logger: deps.logger, intervalMs: deps.config.DBAAS_KEEPER_INTERVAL }),
     ...simulatorLoops(deps.providers, deps, { carryOutCancellations: (today) => terminateDueServices(deps.db, deps.providers.billing, today) }),
   ];
 }

@@ -8,4 +8,5 @@ export * from './vps/vps-power.workflow';
 export * from './vps/vps-reinstall.workflow';
 export * from './vps/vps-backup.workflow';
 export * from './vps/vps-restore.workflow';
+export * from './dbaas/dbaas-backup.workflow';
 export * from './services/service-teardown.workflow';

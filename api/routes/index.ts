@@ -1,5 +1,7 @@
 import type { AnyRoute } from '../route';
 import { accountRoutes } from './account.routes';
+import { dbaasDevRoutes } from './dbaas/dev.routes';
+import { dbaasRoutes } from './dbaas/routes';
 import { apiKeyRoutes } from './api-keys.routes';
 import { devRoutes } from './dev.routes';
 import { metaRoutes } from './meta.routes';
@@ -25,6 +27,7 @@ const FAMILY_ROUTES: RouteFolder[] = [
   { routes: webhookRoutes },
   { routes: vpsRoutes, dev: vpsDevRoutes },
   { routes: lbRoutes },
+  { routes: dbaasRoutes, dev: dbaasDevRoutes },
 ];
 
 /**

@@ -6,6 +6,7 @@ import * as vps from './20261122000100_vps';
 import * as kit from './20261123000001_kit';
 import * as billing from './20261123000002_billing';
 import * as lb from './20261123000300_lb';
+import * as dbaas from './20261123000200_dbaas';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -19,6 +20,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261123000001_kit', kit],
   ['20261123000002_billing', billing],
   ['20261123000300_lb', lb],
+  ['20261123000200_dbaas', dbaas],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

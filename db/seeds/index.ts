@@ -1,5 +1,7 @@
 import type { Knex } from 'knex';
+import type { Keyring } from '../../common/crypto';
 import { seedCore, type DemoPasswords } from './core.seed';
+import { seedDbaas } from './dbaas.seed';
 import { seedOrders } from './orders.seed';
 import { seedVps } from './vps.seed';
 import { seedLb } from './lb.seed';
@@ -10,11 +12,13 @@ export async function seedDemo(
   db: Knex,
   passwords: DemoPasswords,
   providers: Providers,
-  options: { apiPort: number } = { apiPort: 3000 },
+  /** `keyring` seals the admin passwords of the seeded database services. */
+  options: { apiPort?: number; keyring: Keyring },
 ): Promise<{ createdUsers: boolean }> {
   const core = await seedCore(db, passwords);
   await seedOrders(db);
   await seedVps(db, providers);
-  await seedLb(db, providers, options);
+  await seedLb(db, providers, { apiPort: options.apiPort ?? 3000 });
+  await seedDbaas(db, providers, options.keyring);
   return core;
 }

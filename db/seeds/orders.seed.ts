@@ -44,7 +44,9 @@ export const CATALOG: SeedProduct[] = [
   { slug: 'vps-legacy', name: 'VPS Legacy', description: 'No longer sold', family: 'vps', product_family: 'vps', options: [OS], retired: true, prices: { monthly: 3 } },
   { slug: 'vps-staff', name: 'VPS Staff', description: 'Internal plan, orderable by slug only', family: 'vps', product_family: 'vps', options: [OS], hidden: true, prices: { monthly: 1 } },
   { slug: 'dns-zone', name: 'DNS Zone', description: 'One authoritative DNS zone', family: 'dns', product_family: 'dns', options: [{ name: 'zone', type: 'string', required: true, pattern: '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z]{2,63}$', description: 'a domain such as example.org' }], prices: { monthly: 0, annually: 0 } },
-  { slug: 'dbaas-postgres-s', name: 'Managed PostgreSQL S', description: '2 GB RAM, 20 GB storage, daily backups', family: 'dbaas', product_family: 'dbaas', options: [{ name: 'version', type: 'enum', required: true, default: '16', values: ['15', '16', '17'], description: 'PostgreSQL major version' }], prices: { monthly: 12, annually: 120 } },
+  // The engine's major version is the platform's current one (reported live as `version`), not a choice.
+  { slug: 'dbaas-postgres-s', name: 'Managed PostgreSQL S', description: 'A PostgreSQL server of its own, TLS, backups', family: 'dbaas', product_family: 'dbaas', prices: { monthly: 12, annually: 120 } },
+  { slug: 'dbaas-mysql-s', name: 'Managed MySQL S', description: 'A MySQL-compatible (MariaDB) server of its own, TLS, backups', family: 'dbaas', product_family: 'dbaas', prices: { monthly: 12, annually: 120 } },
   { slug: 'caas-starter', name: 'Container Apps Starter', description: 'Up to 3 apps', family: 'caas', product_family: 'caas', prices: { monthly: 7, annually: 70 } },
   { slug: 'lb-s', name: 'Load Balancer S', description: '10 listeners, 50 backends', family: 'lb', product_family: 'lb', prices: { monthly: 6 } },
   { slug: 'objectstorage-250', name: 'Object Storage 250 GB', description: 'S3-compatible, 250 GB included', family: 'objectstorage', product_family: 'objectstorage', prices: { monthly: 3, annually: 30 } },

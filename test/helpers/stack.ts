@@ -7,6 +7,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { HaproxyLbProvider } from '../../providers/haproxy/haproxy.adapter';
+import { DbInstancesAdapter } from '../../providers/dbinstances/dbinstances.adapter';
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
@@ -66,6 +67,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const taskQueue = `test-${randomBytes(4).toString('hex')}`;
   // Load balancers (real HAProxy by default): this stack's own directory and loopback range.
   const lbDataDir = await mkdtemp(path.join(tmpdir(), 'stack-lb-'));
+  const dbaasDataDir = await mkdtemp(path.join(tmpdir(), 'stack-dbaas-'));
   const lbBindAddress = `127.${100 + (randomBytes(1)[0] % 100)}.${randomBytes(1)[0] % 250}.0/24`;
   const config = loadConfig({
     ...process.env,
@@ -78,6 +80,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     NODE_ENV: 'test',
     LB_DATA_DIR: lbDataDir,
     LB_BIND_ADDRESS: lbBindAddress,
+    // Database instances of this stack, if a test makes any (never the checkout's .data/).
+    DBAAS_DATA_DIR: dbaasDataDir,
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
@@ -150,6 +154,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       await temporal?.teardown();
       await new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).destroyAll();
       await rm(lbDataDir, { recursive: true, force: true });
+      const instances = new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? dbaasDataDir });
+      for (const name of await instances.instanceNames()) await instances.destroyInstance(name);
+      await rm(dbaasDataDir, { recursive: true, force: true });
       await database.drop();
     },
   };

@@ -1,0 +1,432 @@
+import { z } from 'zod';
+import { formatId } from '../../../common/ids';
+import type { Principal } from '../../../domain/principal';
+import { requireCapability } from '../../../domain/services';
+import { adminPassword, changeAdminPassword, findVisibleDbaas, requireInstance, visibleDbaasQuery, type DbaasTarget } from '../../../domain/dbaas/store';
+import { checkDatabaseName, checkUsername, parseUserId } from '../../../domain/dbaas/validation';
+import type { DbUserRef } from '../../../providers/dbaas.provider';
+import { BackendGoneError, liveRead } from '../../../providers/errors';
+import type { AppDeps } from '../../deps';
+import { notFound, validationFailed } from '../../errors';
+import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { defineRoute } from '../../route';
+import { OperationSchema, listOf } from '../../schemas';
+import { accepted, startOperation } from '../../start-operation';
+import {
+  backupSortKey,
+  CreateDatabaseBody,
+  CreateUserBody,
+  databaseParams,
+  DbaasBackupSchema,
+  DbaasConnectionSchema,
+  DbaasCredentialsSchema,
+  DbaasDatabaseSchema,
+  DbaasLogEntrySchema,
+  DbaasSchema,
+  DbaasStatsSchema,
+  DbaasUserSchema,
+  idParams,
+  LogsQuery,
+  PasswordBody,
+  presentBackup,
+  presentConnection,
+  presentDatabase,
+  presentDbaas,
+  presentLogEntry,
+  presentStats,
+  presentUser,
+  userParams,
+} from './schemas';
+
+/**
+ * Managed database services (SPEC "Database services (DBaaS)"). `{id}` is the dbaas service
+ * (`svc_<n>`); the instance behind it is in `dbaas_instances`. The list comes from the database
+ * with live fields null; the single read asks the instance; everything else acts on the instance
+ * through the DBaaS provider, so an instance that does not answer gives `503 backend_unavailable`.
+ * Passwords in request bodies go to the engine only: never stored, returned or logged.
+ */
+const TAG = 'Database services';
+
+const NO_INSTANCE = { status: 409, description: 'The service has no running instance, yet or any more (`conflict`)' };
+
+const resourceOf = (target: DbaasTarget) => ({ object: 'dbaas' as const, id: formatId('svc', target.service.id) });
+
+/** A visible dbaas service whose `capability` is true, with its instance (409 while it has none). */
+async function instanceTarget(deps: AppDeps, principal: Principal, id: string, capability: string | null) {
+  const target = await findVisibleDbaas(deps.db, principal, id);
+  if (capability) requireCapability(target.service, capability);
+  return { target, instance: requireInstance(target) };
+}
+
+/** A user path segment: a name, or a MySQL `user@host` id (400 otherwise). */
+function userRef(raw: string): DbUserRef {
+  const ref = parseUserId(raw);
+  if (!ref) throw validationFailed([{ param: 'username', message: 'must be a user name, or on MySQL a user@host id' }]);
+  return ref;
+}
+
+/** The thing a path names is not on the instance: 404 for it, not the generic 409 of a vanished backend resource. */
+async function orNotFound<T>(what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    if (err instanceof BackendGoneError) throw notFound(what);
+    throw err;
+  }
+}
+
+export const dbaasRoutes = [
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas',
+    operationId: 'listDbaas',
+    summary: 'List database services',
+    description:
+      "From the control plane's database: `engine`, `version`, `state`, `host` and `plan` are `null`, and `capabilities` leaves out `databases` and `users` (absent means not queried, which differs from `false`). Read one service for live values.",
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'A page of database services, newest first', schema: listOf(DbaasSchema, 'DbaasList') }],
+    async handler({ query, principal, deps }) {
+      const qb = visibleDbaasQuery(deps.db, principal);
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('dbaas', {}),
+        column: 'services.id',
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      return {
+        body: listEnvelope(
+          page.rows.map((row) => presentDbaas(row, null)),
+          page,
+        ),
+      };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}',
+    operationId: 'getDbaas',
+    summary: 'Get a database service with its live state',
+    description:
+      'Live fields come from the instance; when it does not answer in time, `version`, `state` and `host` are `null`, `capabilities` leaves out `databases` and `users`, and the call still succeeds.',
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    responses: [{ status: 200, description: 'The database service', schema: DbaasSchema }],
+    async handler({ params, principal, deps }) {
+      const { service, instance } = await findVisibleDbaas(deps.db, principal, params.id);
+      const live = instance?.ready_at ? await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.dbaas.status(instance.instance)) : null;
+      return { body: presentDbaas(service, { instance, live }) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}/connection',
+    operationId: 'getDbaasConnection',
+    summary: 'Get how to connect to a database service',
+    description:
+      "Host, port, default database, admin username, TLS mode and the CA certificate that signed the server's certificate. Never a password, nor a URI containing one (see POST .../credentials). From the control plane's records: it answers while the instance is down.",
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    responses: [{ status: 200, description: 'Connection details', schema: DbaasConnectionSchema }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, null);
+      return { body: presentConnection(instance) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/dbaas/{id}/credentials',
+    operationId: 'revealDbaasCredentials',
+    summary: 'Reveal the admin password of a database service',
+    description:
+      'Returns the admin user and its password in clear; rotates nothing. A POST on purpose: not cacheable, audited as a mutation, never replayed by Idempotency-Key. The password is kept sealed at rest.',
+    tag: TAG,
+    scope: 'dbaas:credentials',
+    credential: 'credential',
+    marks: [],
+    returnsSecret: true,
+    params: idParams,
+    responses: [{ status: 200, description: 'The admin credentials', schema: DbaasCredentialsSchema }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'credentials');
+      return { body: { object: 'dbaas_credentials' as const, username: instance.admin_username, password: adminPassword(deps.keyring, instance) } };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}/databases',
+    operationId: 'listDbaasDatabases',
+    summary: 'List the databases of a database service',
+    description: 'Read from the instance (system databases left out), by name. `owner` on PostgreSQL, `charset` and `collation` on MySQL.',
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'Databases', schema: listOf(DbaasDatabaseSchema, 'DbaasDatabaseList') }, NO_INSTANCE],
+    async handler({ params, query, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
+      const databases = await deps.providers.dbaas.listDatabases(instance.instance);
+      const page = pageOfItems(deps.cursors, listFingerprint(`dbaas.databases:${instance.service_id}`, {}), databases, (d) => d.name, query);
+      return { body: listEnvelope(page.data.map(presentDatabase), page) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/dbaas/{id}/databases',
+    operationId: 'createDbaasDatabase',
+    summary: 'Create a database',
+    description:
+      "Body `name`; `owner` applies to PostgreSQL only (a user of the instance; default the admin), `charset` and `collation` to MySQL only; each engine ignores the others'. The response has no size or table count. `409 conflict` when it exists.",
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['R', 'I'],
+    params: idParams,
+    body: CreateDatabaseBody,
+    exampleBody: { name: 'shop' },
+    responses: [{ status: 201, description: 'The database', schema: DbaasDatabaseSchema }, NO_INSTANCE],
+    async handler({ params, body, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
+      const check = checkDatabaseName(body.name, instance.engine);
+      if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
+      const spec =
+        instance.engine === 'postgresql' ? { name: body.name, owner: body.owner } : { name: body.name, charset: body.charset, collation: body.collation };
+      const database = await deps.providers.dbaas.createDatabase(instance.instance, spec);
+      return { status: 201, body: presentDatabase(database) };
+    },
+  }),
+  defineRoute({
+    method: 'delete',
+    path: '/v1/dbaas/{id}/databases/{name}',
+    operationId: 'deleteDbaasDatabase',
+    summary: 'Drop a database',
+    description: 'Drops the database and everything in it; its open sessions are ended first. `404` when there is no such database.',
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['D', 'I'],
+    params: databaseParams,
+    responses: [{ status: 204, description: 'Dropped' }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
+      if (!checkDatabaseName(params.name, instance.engine).ok) throw notFound('database');
+      await orNotFound('database', () => deps.providers.dbaas.deleteDatabase(instance.instance, params.name));
+      return { status: 204 };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}/users',
+    operationId: 'listDbaasUsers',
+    summary: 'List the users of a database service',
+    description:
+      "Read from the instance, the admin included (`is_admin`). On MySQL the same name may appear with several hosts: the `user@host` pair is the user's `id`.",
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'Users', schema: listOf(DbaasUserSchema, 'DbaasUserList') }, NO_INSTANCE],
+    async handler({ params, query, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const users = await deps.providers.dbaas.listUsers(instance.instance);
+      const page = pageOfItems(deps.cursors, listFingerprint(`dbaas.users:${instance.service_id}`, {}), users, (u) => u.id, query);
+      return { body: listEnvelope(page.data.map(presentUser), page) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/dbaas/{id}/users',
+    operationId: 'createDbaasUser',
+    summary: 'Create a user',
+    description:
+      'Body `username` and `password` (12 to 128 characters). The password goes to the engine and nowhere else: it is not stored, not returned, not logged. On MySQL the user is `username@%`. `409 conflict` when it exists.',
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['R', 'I'],
+    params: idParams,
+    body: CreateUserBody,
+    exampleBody: { username: 'app', password: 'a long and random passphrase' },
+    responses: [{ status: 201, description: 'The user', schema: DbaasUserSchema }, NO_INSTANCE],
+    async handler({ params, body, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const check = checkUsername(body.username, instance.engine);
+      if (!check.ok) throw validationFailed([{ param: 'username', message: check.message }]);
+      const user = await deps.providers.dbaas.createUser(instance.instance, { username: body.username, password: body.password });
+      return { status: 201, body: presentUser(user) };
+    },
+  }),
+  defineRoute({
+    method: 'delete',
+    path: '/v1/dbaas/{id}/users/{username}',
+    operationId: 'deleteDbaasUser',
+    summary: 'Delete a user',
+    description:
+      "Ends the user's open sessions, then removes it; deletes no data (on PostgreSQL what it owned passes to the admin). On MySQL a name alone removes every host of that name, `user@host` one account. The admin cannot be deleted (`409`). `404` when there is no such user.",
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['D', 'I'],
+    params: userParams,
+    responses: [{ status: 204, description: 'Deleted' }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const ref = userRef(params.username);
+      await orNotFound('user', () => deps.providers.dbaas.deleteUser(instance.instance, ref));
+      return { status: 204 };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/dbaas/{id}/users/{username}/password',
+    operationId: 'setDbaasUserPassword',
+    summary: "Change a user's password",
+    description:
+      "Body `password`. Effective immediately for new logins; works for the admin user too (POST .../credentials then returns the new one). The password is not stored (the admin's is kept sealed), not returned, not logged.",
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['R', 'I'],
+    params: userParams,
+    body: PasswordBody,
+    exampleBody: { password: 'another long passphrase' },
+    responses: [{ status: 204, description: 'Changed' }, NO_INSTANCE],
+    async handler({ params, body, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const ref = userRef(params.username);
+      const isAdmin = ref.username === instance.admin_username && (ref.host === undefined || ref.host === '%' || instance.engine === 'postgresql');
+      const onEngine = () => orNotFound('user', () => deps.providers.dbaas.setPassword(instance.instance, ref, body.password));
+      // The admin's sealed copy changes with the engine's: credentials never hands out a stale password.
+      if (isAdmin) await changeAdminPassword(deps.db, deps.keyring, instance.service_id, body.password, onEngine);
+      else await onEngine();
+      return { status: 204 };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/dbaas/{id}/restart',
+    operationId: 'restartDbaas',
+    summary: 'Restart a database service',
+    description:
+      'Stops and starts the server: every open connection is dropped. Answers `202` with a `dbaas.restart` operation that is already complete (the restart happens before the answer).',
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['R', 'I'],
+    params: idParams,
+    responses: [{ status: 202, description: 'The completed `dbaas.restart` operation', schema: OperationSchema }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { target, instance } = await instanceTarget(deps, principal, params.id, 'restart');
+      await deps.providers.dbaas.restartInstance(instance.instance);
+      const status = await deps.providers.dbaas.status(instance.instance);
+      const op = await deps.operations.recordCompleted({
+        principal,
+        type: 'dbaas.restart',
+        resource: resourceOf(target),
+        serviceId: instance.service_id,
+        status: 'succeeded',
+        result: { state: status.state, uptime_seconds: status.uptimeSeconds },
+      });
+      return accepted(op);
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}/logs',
+    operationId: 'getDbaasLogs',
+    summary: 'Tail the engine log of a database service',
+    description: "The last `lines` entries (default 100, at most 1000) of the engine's own log, oldest to newest. Statements are never written to it.",
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: LogsQuery,
+    responses: [{ status: 200, description: 'Log entries, oldest first (one page)', schema: listOf(DbaasLogEntrySchema, 'DbaasLogList') }, NO_INSTANCE],
+    async handler({ params, query, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'logs');
+      const entries = await deps.providers.dbaas.logs(instance.instance, query.lines);
+      return { body: listEnvelope(entries.map(presentLogEntry), { hasMore: false, nextCursor: null }) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}/stats',
+    operationId: 'getDbaasStats',
+    summary: 'Get statistics of a database service',
+    description:
+      "A snapshot read from the engine's own statistics views (PostgreSQL `pg_stat_*`, MariaDB global status); a figure the engine does not keep is `null`.",
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    responses: [{ status: 200, description: 'Statistics', schema: DbaasStatsSchema }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'stats');
+      return { body: presentStats(await deps.providers.dbaas.stats(instance.instance)) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/dbaas/{id}/backups',
+    operationId: 'listDbaasBackups',
+    summary: 'List the backups of a database service',
+    description:
+      "Newest first, with `status` (`running`, `completed`, `failed`) and `size_bytes` once completed. A backup is a dump made by the engine's own tool (pg_dumpall, mariadb-dump).",
+    tag: TAG,
+    scope: 'dbaas:read',
+    credential: 'credential',
+    marks: [],
+    params: idParams,
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'Backups', schema: listOf(DbaasBackupSchema, 'DbaasBackupList') }, NO_INSTANCE],
+    async handler({ params, query, principal, deps }) {
+      const { instance } = await instanceTarget(deps, principal, params.id, 'backups');
+      const backups = await deps.providers.dbaas.listBackups(instance.instance);
+      const page = pageOfItems(deps.cursors, listFingerprint(`dbaas.backups:${instance.service_id}`, {}), backups, backupSortKey, query);
+      return { body: listEnvelope(page.data.map(presentBackup), page) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/dbaas/{id}/backups',
+    operationId: 'createDbaasBackup',
+    summary: 'Back up a database service',
+    description:
+      'Answers `202` as the dump starts (`503` when the instance does not answer). The `dbaas.backup` operation carries `result.backup_id` at once and succeeds when the backup is on the list as `completed`, with `result.size_bytes`; it fails (`upstream_error`) when the dump tool does not finish.',
+    tag: TAG,
+    scope: 'dbaas:write',
+    credential: 'credential',
+    marks: ['R', 'A', 'I'],
+    params: idParams,
+    responses: [{ status: 202, description: 'The `dbaas.backup` operation', schema: OperationSchema }, NO_INSTANCE],
+    async handler({ params, principal, deps }) {
+      const { target, instance } = await instanceTarget(deps, principal, params.id, 'backups');
+      // Accepted only while the instance answers (503 otherwise), so the 202 means the dump can start.
+      await deps.providers.dbaas.status(instance.instance);
+      return startOperation(deps, principal, {
+        type: 'dbaas.backup',
+        workflow: 'dbaasBackupWorkflow',
+        input: { serviceId: instance.service_id, instance: instance.instance },
+        resource: resourceOf(target),
+        serviceId: instance.service_id,
+        initialStatus: 'running',
+      });
+    },
+  }),
+];
