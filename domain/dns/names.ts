@@ -15,7 +15,9 @@ const OWNER_LABEL = /^[a-z0-9_-]{1,63}$/;
 /** Lower case, no trailing dot, IDN to punycode; '' when the text is not a domain name at all. */
 function toAscii(input: string): string {
   const trimmed = input.trim();
-  if (trimmed === '' || /\s/.test(trimmed)) return '';
+  // domainToASCII parses a URL host: it would drop a "/path" or "?query" and decode "%41", so any ASCII
+  // character a DNS name cannot hold is refused before it gets there.
+  if (trimmed === '' || [...trimmed].some((c) => c < '\u0080' && !/[A-Za-z0-9_.*-]/.test(c))) return '';
   return domainToASCII(trimmed).toLowerCase();
 }
 

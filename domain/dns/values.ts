@@ -137,10 +137,22 @@ function quoteBytes(bytes: Buffer): string {
   return `${s}"`;
 }
 
+/** Strings of at most 255 bytes, cut between UTF-8 characters where the text allows it. */
 function splitChunks(bytes: Buffer): Buffer[] {
   if (bytes.length === 0) return [bytes];
   const out: Buffer[] = [];
-  for (let i = 0; i < bytes.length; i += CHUNK_BYTES) out.push(bytes.subarray(i, i + CHUNK_BYTES));
+  let start = 0;
+  while (start < bytes.length) {
+    let end = Math.min(start + CHUNK_BYTES, bytes.length);
+    if (end < bytes.length) {
+      let cut = end;
+      // Back off over continuation bytes (10xxxxxx) so a character is not split, unless nothing would remain.
+      while (cut > start && (bytes[cut] & 0xc0) === 0x80) cut--;
+      if (cut > start) end = cut;
+    }
+    out.push(bytes.subarray(start, end));
+    start = end;
+  }
   return out;
 }
 

@@ -114,7 +114,8 @@ export class PowerDnsAdapter implements DnsProvider {
   }
 
   async exportZone(zone: string): Promise<string> {
-    const response = await this.request('GET', `${this.zonePath(zone)}/export`, { zone, accept: [200] });
+    // With Accept: application/json the server wraps the file in {"zone": ...}; ask for the file itself.
+    const response = await this.request('GET', `${this.zonePath(zone)}/export`, { zone, accept: [200], as: 'text/plain' });
     return response.text();
   }
 
@@ -144,7 +145,7 @@ export class PowerDnsAdapter implements DnsProvider {
   private async request(
     method: string,
     path: string,
-    { body, zone, accept }: { body?: unknown; zone?: string; accept: number[] },
+    { body, zone, accept, as = 'application/json' }: { body?: unknown; zone?: string; accept: number[]; as?: string },
   ): Promise<Response> {
     let response: Response;
     try {
@@ -152,7 +153,7 @@ export class PowerDnsAdapter implements DnsProvider {
         method,
         headers: {
           'X-API-Key': this.options.apiKey,
-          Accept: 'application/json',
+          Accept: as,
           ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
         },
         body: body === undefined ? undefined : JSON.stringify(body),
