@@ -14,6 +14,11 @@ import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '
  * The DNS provider over PowerDNS Authoritative's HTTP API (4.x, `/api/v1/servers/localhost`). Zones
  * are created with SOA-EDIT-API INCREASE, so the server raises the SOA serial by one on every change
  * made through the API. The API key travels only in the X-API-Key header; it is in no error message.
+ *
+ * Writes: the gsqlite3 backend takes one writer at a time and answers a second concurrent write with
+ * 500 ("database is locked") instead of waiting. So this adapter sends its writes one after the other,
+ * and retries a 500 with a short backoff for writers in other processes (API and worker); every call
+ * is idempotent (REPLACE, DELETE, a create that finds the zone), so a retry cannot apply twice.
  */
 export interface PowerDnsAdapterOptions {
   /** The webserver's base URL, e.g. `http://127.0.0.1:5380`. */
@@ -24,6 +29,8 @@ export interface PowerDnsAdapterOptions {
   timeoutMs?: number;
   /** The backend name in errors (the outage switch's name). */
   backend?: string;
+  /** How long a call keeps retrying a server that answers 500 (a busy database) before giving up. */
+  retryBudgetMs?: number;
 }
 
 interface PdnsRecord {
@@ -43,6 +50,13 @@ interface PdnsZone {
   rrsets?: PdnsRRset[];
 }
 
+/** A 5xx answer: the server is there but failed the call (with gsqlite3, mostly a locked database). */
+class ServerBusy extends Error {
+  constructor(readonly status: number) {
+    super(`HTTP ${status}`);
+  }
+}
+
 const fqdnDot = (name: string) => `${name}.`;
 const noDot = (name: string) => name.replace(/\.$/, '').toLowerCase();
 
@@ -50,11 +64,15 @@ export class PowerDnsAdapter implements DnsProvider {
   private readonly base: string;
   private readonly backend: string;
   private readonly timeoutMs: number;
+  private readonly retryBudgetMs: number;
+  /** The tail of this adapter's queue of writes. */
+  private writes: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly options: PowerDnsAdapterOptions) {
     this.base = `${options.apiUrl.replace(/\/$/, '')}/api/v1/servers/${options.serverId ?? 'localhost'}`;
     this.backend = options.backend ?? 'dns';
     this.timeoutMs = options.timeoutMs ?? 5_000;
+    this.retryBudgetMs = options.retryBudgetMs ?? 3_000;
   }
 
   async createZone(zone: string, defaults: ZoneDefaults): Promise<DnsZoneInfo> {
@@ -138,11 +156,33 @@ export class PowerDnsAdapter implements DnsProvider {
     await this.request('PATCH', this.zonePath(zone), { zone, body: { rrsets: [rrset] }, accept: [204] });
   }
 
+  /** One call, retried while the server answers 500 and the budget lasts; writes queued one at a time. */
+  private async request(method: string, path: string, options: { body?: unknown; zone?: string; accept: number[]; as?: string }): Promise<Response> {
+    const attempt = async () => {
+      const until = Date.now() + this.retryBudgetMs;
+      for (let n = 0; ; n++) {
+        try {
+          return await this.send(method, path, options);
+        } catch (err) {
+          if (!(err instanceof ServerBusy) || Date.now() >= until) {
+            if (err instanceof ServerBusy) throw new BackendUnavailableError(this.backend, `HTTP ${err.status}`);
+            throw err;
+          }
+          await new Promise((r) => setTimeout(r, Math.min(200, 10 * 2 ** n) * (0.5 + Math.random())));
+        }
+      }
+    };
+    if (method === 'GET') return attempt();
+    const queued = this.writes.then(attempt, attempt);
+    this.writes = queued.catch(() => undefined);
+    return queued;
+  }
+
   /**
    * One API call. Not answering, timing out, 5xx and a refused key are "unavailable" (nothing a
    * customer can fix); 404 on a zone is "gone"; 422 and other 4xx are the server refusing the change.
    */
-  private async request(
+  private async send(
     method: string,
     path: string,
     { body, zone, accept, as = 'application/json' }: { body?: unknown; zone?: string; accept: number[]; as?: string },
@@ -166,9 +206,8 @@ export class PowerDnsAdapter implements DnsProvider {
     if (accept.includes(response.status)) return response;
     const text = await response.text().catch(() => '');
     if (response.status === 404 && zone !== undefined) throw new BackendGoneError(this.backend, `zone ${zone}`);
-    if (response.status >= 500 || response.status === 401 || response.status === 403) {
-      throw new BackendUnavailableError(this.backend, `HTTP ${response.status}`);
-    }
+    if (response.status >= 500) throw new ServerBusy(response.status);
+    if (response.status === 401 || response.status === 403) throw new BackendUnavailableError(this.backend, `HTTP ${response.status}`);
     throw this.refusal(text, response.status);
   }
 
