@@ -86,6 +86,23 @@ describe('PowerDNS answers what the API wrote, over UDP', () => {
   });
 });
 
+describe('concurrent writers', () => {
+  it('all land although the SQLite backend takes one writer at a time (two adapters, as API and worker are two processes)', async () => {
+    const zone = `busy-${randomBytes(3).toString('hex')}.example`;
+    await pdns.adapter.createZone(zone, TEST_ZONE_DEFAULTS);
+    const other = new PowerDnsAdapter({ apiUrl: pdns.server.apiUrl, apiKey: pdns.server.apiKey });
+    const serial = (await pdns.adapter.zoneInfo(zone)).serial;
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        (i % 2 ? other : pdns.adapter).replaceRRset(zone, { name: `n${i}.${zone}`, type: 'A', ttl: 300, values: [`192.0.2.${i + 1}`] }),
+      ),
+    );
+    const rrsets = await pdns.adapter.listRRsets(zone);
+    expect(rrsets.filter((r) => r.type === 'A')).toHaveLength(40);
+    expect((await pdns.adapter.zoneInfo(zone)).serial).toBe(serial + 40);
+  });
+});
+
 describe('the local PowerDNS server', () => {
   it('keeps its API key in a 0600 file and its configuration 0600, and reuses the key and the data on restart', async () => {
     const keyFile = path.join(pdns.dataDir, 'api-key');
