@@ -4,6 +4,7 @@ import { absoluteName, normalizeTarget, normalizeZoneName, parseZoneName, relati
 import { assertCnameExclusive, parseRRsetChange, parseTtl, parseValues, withParamPrefix } from '../domain/dns/rrsets';
 import { canonicalValue, txtStrings } from '../domain/dns/values';
 import { formatZoneFile, parseZoneFile } from '../domain/dns/zone-file';
+import { etagOf, ifMatchAllows } from '../domain/dns/etag';
 import { fingerprintRRsets, type DnsRRset, type RRsetType } from '../providers/dns.provider';
 
 /** The DNS family's pure rules: names, values per type, TTL, CNAME exclusivity (no server, no database). */
@@ -251,5 +252,20 @@ describe('zone files and fingerprints', () => {
     const reordered = [rrsets[2], rrsets[0], { ...rrsets[1], values: [...rrsets[1].values].reverse() }];
     expect(fingerprintRRsets(reordered)).toBe(fingerprintRRsets(rrsets));
     expect(fingerprintRRsets([{ ...rrsets[0], ttl: 3601 }, rrsets[1], rrsets[2]])).not.toBe(fingerprintRRsets(rrsets));
+  });
+});
+
+describe('ETag and If-Match', () => {
+  it('quotes the fingerprint and compares If-Match strongly', () => {
+    const etag = etagOf('abc');
+    expect(etag).toBe('"abc"');
+    expect(ifMatchAllows(undefined, etag)).toBe(true);
+    expect(ifMatchAllows('"abc"', etag)).toBe(true);
+    expect(ifMatchAllows(' "x", "abc" ', etag)).toBe(true);
+    expect(ifMatchAllows('*', etag)).toBe(true);
+    expect(ifMatchAllows('"abd"', etag)).toBe(false);
+    expect(ifMatchAllows('W/"abc"', etag)).toBe(false);
+    expect(ifMatchAllows('abc', etag)).toBe(false);
+    expect(ifMatchAllows('', etag)).toBe(false);
   });
 });
