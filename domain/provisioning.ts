@@ -1,6 +1,8 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
+import type { Config } from '../common/config';
+import { DnsZoneProvisioner, zoneDefaults } from './dns/provisioner';
 import { VpsProvisioner } from './vps/provisioner';
 
 /**
@@ -89,8 +91,10 @@ export class GenericProvisioner implements ServiceProvisioner {
 }
 
 /** Every family's provisioner. A family with its own backend adds one line here. */
-export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring }): ProvisionerRegistry {
-  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers)).register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor));
+export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring; config: Config }): ProvisionerRegistry {
+  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
+    .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
+    .register('dns', new DnsZoneProvisioner(deps.db, deps.providers.dns, zoneDefaults(deps.config)));
 }
 
 /** What a provisioner needs to know about a service an order created (null for seeded services). */

@@ -5,7 +5,11 @@ import { SimulatedBillingClock } from './simulator/billing-clock';
 import { backendOf } from '../common/families';
 import type { BillingProvider } from './billing.provider';
 import type { ServiceBuildProvider } from './builds.provider';
+import type { DnsProvider } from './dns.provider';
 import type { HypervisorProvider } from './hypervisor.provider';
+import { PowerDnsAdapter } from './powerdns/powerdns.adapter';
+import { readApiKey } from './powerdns/powerdns.server';
+import { DnsSimulator } from './simulator/dns.simulator';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { BuildSimulator } from './simulator/build.simulator';
 import { HypervisorSimulator } from './simulator/hypervisor.simulator';
@@ -24,6 +28,8 @@ export interface Providers {
   builds: ServiceBuildProvider;
   /** VPS machines (qemu and lxc) on the hypervisor cluster. */
   hypervisor: HypervisorProvider;
+  /** DNS zones and records on the authoritative server (PowerDNS, or the simulator with DNS_BACKEND=simulator). */
+  dns: DnsProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
 }
@@ -39,7 +45,18 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const builds = withOutageSwitch(new BuildSimulator(db, tasks), switchboard, ([target]) => backendOf((target as { productFamily: string }).productFamily));
   const hypervisor = withOutageSwitch(new HypervisorSimulator(db, tasks), switchboard, 'vps');
-  return { switchboard, billing, builds, hypervisor, faults: tasks };
+  const dns = withOutageSwitch(createDnsProvider(db, config), switchboard, 'dns');
+  return { switchboard, billing, builds, hypervisor, dns, faults: tasks };
+}
+
+function createDnsProvider(db: Knex, config: Config): DnsProvider {
+  if (config.DNS_BACKEND === 'simulator') return new DnsSimulator(db, config.SIM_DELAY_SCALE);
+  return new PowerDnsAdapter({
+    apiUrl: config.POWERDNS_API_URL,
+    // Read when first needed: `npm start` generates the key file when it starts the local server.
+    apiKey: () => config.POWERDNS_API_KEY ?? readApiKey(config.POWERDNS_DATA_DIR),
+    timeoutMs: config.POWERDNS_TIMEOUT,
+  });
 }
 
 /**

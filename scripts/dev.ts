@@ -91,7 +91,7 @@ async function main() {
   const db = createDb(config.DATABASE_URL);
   await db.migrate.latest();
   const passwords = demoPasswords();
-  const seeded = await seedDemo(db, passwords, createProviders({ db, config }));
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), config);
   await db.destroy();
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {

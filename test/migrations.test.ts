@@ -30,15 +30,17 @@ describe('migrations', () => {
 
 describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
+    // The DNS simulator here; the seeded zone on a real PowerDNS is tested in test/dns.http.test.ts.
+    const seedConfig = loadConfig({}, { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator' });
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
-    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0' }) }));
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), seedConfig);
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0' }) }));
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), seedConfig);
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 
@@ -52,5 +54,7 @@ describe('demo seed', () => {
     expect(users[1].all_services).toBe(false);
     const families = new Set((await database.db('services').where({ account_id: 1, status: 'active' })).map((s) => s.family));
     for (const family of ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']) expect(families).toContain(family);
+    expect(await database.db('dns_zones').select('name')).toEqual([{ name: 'example.test' }]);
+    expect(await database.db('sim_dns_rrsets').where({ zone: 'example.test' }).count('* as n').first()).toEqual({ n: 4 });
   });
 });

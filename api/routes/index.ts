@@ -2,6 +2,8 @@ import type { AnyRoute } from '../route';
 import { accountRoutes } from './account.routes';
 import { apiKeyRoutes } from './api-keys.routes';
 import { devRoutes } from './dev.routes';
+import { dnsDevRoutes } from './dns/dev.routes';
+import { dnsRoutes } from './dns/routes';
 import { metaRoutes } from './meta.routes';
 import { operationRoutes } from './operations.routes';
 import { orderDevRoutes } from './orders/dev.routes';
@@ -23,6 +25,7 @@ const FAMILY_ROUTES: RouteFolder[] = [
   { routes: orderRoutes, dev: orderDevRoutes },
   { routes: webhookRoutes },
   { routes: vpsRoutes, dev: vpsDevRoutes },
+  { routes: dnsRoutes, dev: dnsDevRoutes },
 ];
 
 /**

@@ -23,7 +23,8 @@ import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '
 export interface PowerDnsAdapterOptions {
   /** The webserver's base URL, e.g. `http://127.0.0.1:5380`. */
   apiUrl: string;
-  apiKey: string;
+  /** The key, or how to read it (the local server writes it to a file once it starts). */
+  apiKey: string | (() => string);
   serverId?: string;
   /** Per call; past it the server counts as not answering. */
   timeoutMs?: number;
@@ -141,6 +142,19 @@ export class PowerDnsAdapter implements DnsProvider {
     return fingerprintRRsets(await this.listRRsets(zone));
   }
 
+  private resolvedKey: string | null = null;
+
+  private apiKey(): string {
+    const { apiKey } = this.options;
+    if (typeof apiKey === 'string') return apiKey;
+    try {
+      this.resolvedKey ??= apiKey();
+      return this.resolvedKey;
+    } catch {
+      throw new BackendUnavailableError(this.backend, 'no API key (the local server has not started yet?)');
+    }
+  }
+
   // ---- HTTP -----------------------------------------------------------------------------------------
 
   private zonePath(zone: string): string {
@@ -189,10 +203,11 @@ export class PowerDnsAdapter implements DnsProvider {
   ): Promise<Response> {
     let response: Response;
     try {
+      const apiKey = this.apiKey();
       response = await fetch(`${this.base}${path}`, {
         method,
         headers: {
-          'X-API-Key': this.options.apiKey,
+          'X-API-Key': apiKey,
           Accept: as,
           ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
         },
@@ -200,6 +215,7 @@ export class PowerDnsAdapter implements DnsProvider {
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (err) {
+      if (err instanceof BackendUnavailableError) throw err;
       const detail = (err as Error).name === 'TimeoutError' ? `no answer within ${this.timeoutMs} ms` : 'connection failed';
       throw new BackendUnavailableError(this.backend, detail);
     }

@@ -68,6 +68,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     NODE_ENV: 'test',
+    // DNS tests that need the real server start one and pass DNS_BACKEND=powerdns with its address.
+    DNS_BACKEND: 'simulator',
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
