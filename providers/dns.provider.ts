@@ -71,8 +71,8 @@ export interface DnsProvider {
   zoneInfo(zone: string): Promise<DnsZoneInfo>;
   /** Every RRset of the zone, SOA included, sorted by name then type. */
   listRRsets(zone: string): Promise<DnsRRset[]>;
-  /** One RRset, or null when the zone has none of that name and type. */
-  getRRset(zone: string, name: string, type: RRsetType): Promise<DnsRRset | null>;
+  /** One RRset (the apex SOA too), or null when the zone has none of that name and type. Cheap: it does not read the whole zone. */
+  getRRset(zone: string, name: string, type: RRsetType | 'SOA'): Promise<DnsRRset | null>;
   /** Replaces every record of that name and type with `values` (at least one). */
   replaceRRset(zone: string, rrset: DnsRRset & { type: RRsetType }): Promise<void>;
   /** Deletes every record of that name and type; deleting what is not there is not an error. */

@@ -32,6 +32,8 @@ export function dnsProviderContract(getProvider: () => DnsProvider): void {
         `ns1.dns-test.example.net. hostmaster.dns-test.example.net. ${info.serial} ${TEST_ZONE_DEFAULTS.refresh} ${TEST_ZONE_DEFAULTS.retry} ${TEST_ZONE_DEFAULTS.expire} ${TEST_ZONE_DEFAULTS.minimum}`,
       );
       expect(soa.ttl).toBe(TEST_ZONE_DEFAULTS.ttl);
+      expect(await provider.getRRset(zone, zone, 'SOA')).toEqual(soa);
+      expect(await provider.getRRset(zone, `www.${zone}`, 'SOA')).toBeNull();
     });
 
     it('creates an IDN zone under its punycode name', async () => {

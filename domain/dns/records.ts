@@ -58,17 +58,34 @@ async function applyChange(provider: DnsProvider, zone: string, current: DnsRRse
   if (change.values.length > 0) current.push({ name: change.fqdn, type: change.type, ttl: change.ttl, values: [...change.values].sort() });
 }
 
+/**
+ * The zone's ETag after this request's writes, without reading the whole zone again: the RRsets read
+ * before (with the changes applied) and the SOA the server now has (its serial moved). Had someone
+ * else changed the zone in between, this ETag describes no real state, so it can never match later:
+ * it errs towards 412, never towards a lost update.
+ */
+async function etagAfterWrites(provider: DnsProvider, zone: string, current: DnsRRset[]): Promise<string> {
+  const soa = await provider.getRRset(zone, zone, 'SOA');
+  const rest = current.filter((r) => !(r.name === zone && r.type === 'SOA'));
+  return etagOf(fingerprintRRsets(soa ? [...rest, soa] : rest));
+}
+
 /** PUT: replaces the RRset (values canonical, at least one). Answers it as the server now has it. */
 export async function putRRset(db: Knex, provider: DnsProvider, zone: string, change: RRsetChange, ifMatch: string | undefined): Promise<{ rrset: DnsRRset; etag: string }> {
   return withZoneLock(db, zone, async () => {
     const before = await readZone(provider, zone);
     if (!ifMatchAllows(ifMatch, before.etag)) throw preconditionFailed();
+    const current = before.all;
     try {
-      await applyChange(provider, zone, before.all, change);
+      await applyChange(provider, zone, current, change);
     } catch (err) {
       throw err instanceof BackendRefusedError ? refusalAt(err, 'values') : err;
     }
-    return readRRset(provider, zone, change.fqdn, change.type);
+    const rrset = await provider.getRRset(zone, change.fqdn, change.type);
+    if (!rrset) throw notFound('RRset');
+    // What the server has, in case it wrote the values differently from how they were sent.
+    const model = current.map((r) => (r.name === rrset.name && r.type === rrset.type ? rrset : r));
+    return { rrset, etag: await etagAfterWrites(provider, zone, model) };
   });
 }
 
@@ -79,7 +96,7 @@ export async function deleteRRset(db: Knex, provider: DnsProvider, zone: string,
     if (!ifMatchAllows(ifMatch, before.etag)) throw preconditionFailed();
     if (!before.all.some((r) => r.name === fqdn && r.type === type)) throw notFound('RRset');
     await provider.deleteRRset(zone, fqdn, type);
-    return { etag: (await readZone(provider, zone)).etag };
+    return { etag: await etagAfterWrites(provider, zone, before.all.filter((r) => !(r.name === fqdn && r.type === type))) };
   });
 }
 
@@ -107,7 +124,7 @@ export async function patchRRsets(
         throw stoppedAt(err, at, i);
       }
     }
-    return { applied: records.length, etag: (await readZone(provider, zone)).etag };
+    return { applied: records.length, etag: await etagAfterWrites(provider, zone, current) };
   });
 }
 

@@ -92,12 +92,68 @@ export async function recordZoneFacts(db: Knex, serviceId: number, facts: { kind
 /**
  * Runs `fn` holding the zone's write lock: a PostgreSQL advisory lock (per zone name, for the
  * transaction), so that compare-and-write on the zone's ETag is one step across every API process.
+ *
+ * The lock's transaction holds a pooled connection for the whole write, and the write itself needs
+ * more (the outage switch reads PostgreSQL). So that waiting writers cannot take every connection and
+ * starve the one holding the lock, a process queues writes to one zone in memory before they ask
+ * PostgreSQL, and lets at most (pool size - 2) zone writes hold a connection at once.
  */
 export async function withZoneLock<T>(db: Knex, zone: string, fn: () => Promise<T>): Promise<T> {
-  return db.transaction(async (trx) => {
-    await trx.raw('select pg_advisory_xact_lock(hashtextextended(?, 0))', [`dns-zone:${zone}`]);
-    return fn();
-  });
+  return inProcessQueue(zone, () =>
+    writeSlots(db).run(() =>
+      db.transaction(async (trx) => {
+        await trx.raw('select pg_advisory_xact_lock(hashtextextended(?, 0))', [`dns-zone:${zone}`]);
+        return fn();
+      }),
+    ),
+  );
+}
+
+const zoneQueues = new Map<string, Promise<unknown>>();
+
+async function inProcessQueue<T>(zone: string, fn: () => Promise<T>): Promise<T> {
+  const previous = zoneQueues.get(zone) ?? Promise.resolve();
+  const mine = previous.then(fn, fn);
+  const tail = mine.catch(() => undefined);
+  zoneQueues.set(zone, tail);
+  try {
+    return await mine;
+  } finally {
+    if (zoneQueues.get(zone) === tail) zoneQueues.delete(zone);
+  }
+}
+
+class Slots {
+  private free: number;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(size: number) {
+    this.free = size;
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    }
+  }
+}
+
+const slotsByDb = new WeakMap<Knex, Slots>();
+
+function writeSlots(db: Knex): Slots {
+  let slots = slotsByDb.get(db);
+  if (!slots) {
+    const poolMax = Number((db.client as { config?: { pool?: { max?: number } } }).config?.pool?.max ?? 10);
+    slots = new Slots(Math.max(1, poolMax - 2));
+    slotsByDb.set(db, slots);
+  }
+  return slots;
 }
 
 /**

@@ -111,7 +111,7 @@ export class PowerDnsAdapter implements DnsProvider {
     return this.toRRsets((await this.getZone(zone)).rrsets ?? []);
   }
 
-  async getRRset(zone: string, name: string, type: RRsetType): Promise<DnsRRset | null> {
+  async getRRset(zone: string, name: string, type: RRsetType | 'SOA'): Promise<DnsRRset | null> {
     const query = new URLSearchParams({ rrset_name: fqdnDot(name), rrset_type: type });
     const found = this.toRRsets((await this.getZone(zone, query)).rrsets ?? []).filter((r) => r.name === name && r.type === type);
     return found[0] ?? null;

@@ -106,9 +106,10 @@ export class DnsSimulator implements DnsProvider {
     return this.rrsets(this.db, await this.zoneRow(this.db, zone));
   }
 
-  async getRRset(zone: string, name: string, type: RRsetType): Promise<DnsRRset | null> {
+  async getRRset(zone: string, name: string, type: RRsetType | 'SOA'): Promise<DnsRRset | null> {
     await this.call();
-    await this.zoneRow(this.db, zone);
+    const zoneRow = await this.zoneRow(this.db, zone);
+    if (type === 'SOA') return name === zone ? this.soaOf(zoneRow) : null;
     const row: RRsetRow | undefined = await this.db('sim_dns_rrsets').where({ zone, name, type }).first();
     return row ? { name: row.name, type: row.type, ttl: row.ttl, values: [...row.values].sort() } : null;
   }
@@ -167,13 +168,16 @@ export class DnsSimulator implements DnsProvider {
 
   private async rrsets(db: Knex | Knex.Transaction, zone: ZoneRow): Promise<DnsRRset[]> {
     const rows: RRsetRow[] = await db('sim_dns_rrsets').where({ zone: zone.name });
-    const soa: DnsRRset = {
+    return [this.soaOf(zone), ...rows.map((r) => ({ name: r.name, type: r.type, ttl: r.ttl, values: [...r.values].sort() }))].sort(compareRRsets);
+  }
+
+  private soaOf(zone: ZoneRow): DnsRRset {
+    return {
       name: zone.name,
       type: 'SOA',
       ttl: zone.soa_ttl,
       values: [`${zone.soa_mname} ${zone.soa_rname} ${zone.serial} ${zone.soa_refresh} ${zone.soa_retry} ${zone.soa_expire} ${zone.soa_minimum}`],
     };
-    return [soa, ...rows.map((r) => ({ name: r.name, type: r.type, ttl: r.ttl, values: [...r.values].sort() }))].sort(compareRRsets);
   }
 
   /** Content must be in the one presentation form (PowerDNS refuses "Not in expected format" otherwise). */
