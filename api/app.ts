@@ -6,7 +6,7 @@ import type { Principal } from '../domain/principal';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import type { AppDeps } from './deps';
 import { ApiError, backendUnavailable, conflict, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
-import { isMutation, toExpressPath, type AnyRoute } from './route';
+import { isMutation, toExpressPath, type AnyRoute, type ResponseSpec } from './route';
 import { mountReferencePage } from './reference-page';
 import { mountMcp } from '../mcp/http';
 import { version as packageVersion } from '../package.json';
@@ -222,6 +222,7 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
   if (route.returnsSecret) res.setHeader('Cache-Control', 'no-store');
   const status = result.status ?? 200;
   if (result.body === undefined || status === 204) res.status(status).end();
+  else if (route.responses.find((r: ResponseSpec) => r.status === status)?.contentType === 'text/plain') res.status(status).type('text/plain; charset=utf-8').send(String(result.body));
   else res.status(status).json(result.body);
 }
 

@@ -53,7 +53,7 @@ export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string
     for (const r of route.responses) {
       const schema = r.schema ?? (r.status >= 400 ? ErrorSchema : undefined);
       responses[String(r.status)] = schema
-        ? { description: r.description, content: { 'application/json': { schema } } }
+        ? { description: r.description, content: { [r.contentType ?? 'application/json']: { schema } } }
         : { description: r.description };
     }
     for (const [status, description] of [...STANDARD_ERRORS, ...pipelineErrors(route)].sort(([a], [b]) => a - b)) {

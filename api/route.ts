@@ -44,6 +44,8 @@ export interface ResponseSpec {
   status: number;
   description: string;
   schema?: z.ZodType;
+  /** `text/plain` sends the body (a string) as is, e.g. a zone file; JSON otherwise. */
+  contentType?: 'application/json' | 'text/plain';
 }
 
 /**

@@ -91,6 +91,26 @@ export const configSchema = z
     DBAAS_HOST: z.string().default('127.0.0.1'),
     /** How often the worker starts the database instances that should run and do not (after a crash or a host restart). */
     DBAAS_KEEPER_INTERVAL: duration('60s'),
+    /** DNS family: `powerdns` (the real server, through its HTTP API) or `simulator` (PostgreSQL, answers no queries). */
+    DNS_BACKEND: z.enum(['powerdns', 'simulator']).default('powerdns'),
+    /** Where the local run's PowerDNS answers DNS queries (UDP and TCP). */
+    DNS_SERVER_ADDRESS: z.string().default('127.0.0.1:5300'),
+    /** PowerDNS's HTTP API; `npm start` runs a local server there unless one already answers. */
+    POWERDNS_API_URL: z.string().url().default('http://127.0.0.1:5381'),
+    /** The API key; when unset it is read from POWERDNS_DATA_DIR/api-key (generated once by the local server). Never logged. */
+    POWERDNS_API_KEY: z.string().min(1).optional(),
+    /** The local server's data: SQLite database, configuration and API key (0600). */
+    POWERDNS_DATA_DIR: z.string().default('.data/powerdns'),
+    /** Bound on one call to the PowerDNS API. */
+    POWERDNS_TIMEOUT: duration('5s'),
+    /** Name servers of every new zone (its NS records; the first is the SOA primary), comma-separated. */
+    DNS_NAMESERVERS: z
+      .string()
+      .default('ns1.cloud.test,ns2.cloud.test')
+      .transform((v) => v.split(',').map((s) => s.trim()).filter(Boolean))
+      .refine((list) => list.length > 0, 'at least one name server'),
+    /** The SOA contact (RNAME) of every new zone, as a host name. */
+    DNS_HOSTMASTER: z.string().default('hostmaster.cloud.test'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,

@@ -2,6 +2,8 @@ import type { Knex } from 'knex';
 import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
 import { DbaasProvisioner } from './dbaas/provisioner';
+import type { Config } from '../common/config';
+import { DnsZoneProvisioner, zoneDefaults } from './dns/provisioner';
 import { VpsProvisioner } from './vps/provisioner';
 import { LbProvisioner } from './lb/provisioner';
 
@@ -91,9 +93,10 @@ export class GenericProvisioner implements ServiceProvisioner {
 }
 
 /** Every family's provisioner. A family with its own backend adds one line here. */
-export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring }): ProvisionerRegistry {
+export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring; config: Config }): ProvisionerRegistry {
   return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
     .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
+    .register('dns', new DnsZoneProvisioner(deps.db, deps.providers.dns, zoneDefaults(deps.config)))
     .register('lb', new LbProvisioner(deps.db, deps.providers.lb))
     .register('dbaas', new DbaasProvisioner(deps.db, deps.providers.dbaas, deps.keyring));
 }

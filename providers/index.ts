@@ -13,6 +13,10 @@ import type { HypervisorProvider } from './hypervisor.provider';
 import { HaproxyLbProvider } from './haproxy/haproxy.adapter';
 import type { LbProvider } from './lb.provider';
 import { LbSimulator } from './simulator/lb.simulator';
+import type { DnsProvider } from './dns.provider';
+import { PowerDnsAdapter } from './powerdns/powerdns.adapter';
+import { readApiKey } from './powerdns/powerdns.server';
+import { DnsSimulator } from './simulator/dns.simulator';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { BuildSimulator } from './simulator/build.simulator';
 import { HypervisorSimulator } from './simulator/hypervisor.simulator';
@@ -35,6 +39,8 @@ export interface Providers {
   lb: LbProvider;
   /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
   dbaas: DbaasProvider;
+  /** DNS zones and records on the authoritative server (PowerDNS, or the simulator with DNS_BACKEND=simulator). */
+  dns: DnsProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
 }
@@ -64,7 +70,18 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
     switchboard,
     'dbaas',
   );
-  return { switchboard, billing, builds, hypervisor, lb, dbaas, faults: tasks };
+  const dns = withOutageSwitch(createDnsProvider(db, config), switchboard, 'dns');
+  return { switchboard, billing, builds, hypervisor, dns, lb, dbaas, faults: tasks };
+}
+
+function createDnsProvider(db: Knex, config: Config): DnsProvider {
+  if (config.DNS_BACKEND === 'simulator') return new DnsSimulator(db, config.SIM_DELAY_SCALE);
+  return new PowerDnsAdapter({
+    apiUrl: config.POWERDNS_API_URL,
+    // Read when first needed: `npm start` generates the key file when it starts the local server.
+    apiKey: () => config.POWERDNS_API_KEY ?? readApiKey(config.POWERDNS_DATA_DIR),
+    timeoutMs: config.POWERDNS_TIMEOUT,
+  });
 }
 
 /**

@@ -8,6 +8,7 @@ import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
 import { createProviders } from '../providers';
 import { loadKeyring } from '../domain/instance';
+import { PowerDnsServer, readApiKey } from '../providers/powerdns/powerdns.server';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../domain/temporal';
 
 /**
@@ -71,16 +72,46 @@ function demoPasswords() {
   return passwords;
 }
 
+/**
+ * The DNS family's server: a local PowerDNS (data in .data/powerdns, DNS on DNS_SERVER_ADDRESS, API at
+ * POWERDNS_API_URL), unless DNS_BACKEND=simulator, a key is given (someone else's server), or one
+ * from an earlier run still answers with this data directory's key.
+ */
+let powerDns: PowerDnsServer | null = null;
+async function startPowerDns(): Promise<string> {
+  if (config.DNS_BACKEND === 'simulator') return 'simulator (DNS_BACKEND=simulator; answers no queries)';
+  if (config.POWERDNS_API_KEY) return `PowerDNS at ${config.POWERDNS_API_URL} (POWERDNS_API_KEY given; not started here)`;
+  const pdnsDir = path.resolve(root, config.POWERDNS_DATA_DIR);
+  const api = new URL(config.POWERDNS_API_URL);
+  if (existsSync(path.join(pdnsDir, 'api-key')) && (await PowerDnsServer.answers(config.POWERDNS_API_URL, readApiKey(pdnsDir)))) {
+    console.log(`PowerDNS already answers at ${config.POWERDNS_API_URL}; using it`);
+  } else {
+    powerDns = await PowerDnsServer.start({
+      dataDir: pdnsDir,
+      dnsAddress: config.DNS_SERVER_ADDRESS,
+      apiAddress: `${api.hostname}:${api.port || '80'}`,
+      // Its start-up banner is noise here; warnings and errors are not.
+      log: (line) => {
+        if (!/^(Loading|This is a standalone|Listening on controlsocket|UDP server bound|TCP server bound|PowerDNS Authoritative|Using 64-bits|PowerDNS comes with|\[webserver\] Listening|Creating backend connection|About to create|Done launching|Only asked for)/.test(line)) {
+          console.error(`[powerdns] ${line}`);
+        }
+      },
+    });
+  }
+  return `PowerDNS, queries on ${config.DNS_SERVER_ADDRESS} (UDP/TCP), API ${config.POWERDNS_API_URL}`;
+}
+
 let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  console.log('\nstopping API, worker and Temporal...');
+  console.log('\nstopping API, worker, Temporal and PowerDNS...');
   // API and worker first (they drain), Temporal last.
   for (const child of [...children].reverse()) {
     if (child.exitCode === null) child.kill('SIGTERM');
     await new Promise((resolve) => (child.exitCode !== null ? resolve(null) : child.once('exit', resolve)));
   }
+  await powerDns?.stop();
   process.exit(code);
 }
 
@@ -92,7 +123,8 @@ async function main() {
   const db = createDb(config.DATABASE_URL);
   await db.migrate.latest();
   const passwords = demoPasswords();
-  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), { apiPort: config.PORT, keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY) });
+  const dnsNote = await startPowerDns();
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), { apiPort: config.PORT, keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY), config });
   await db.destroy();
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {
@@ -138,6 +170,7 @@ async function main() {
   MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
+  DNS          ${dnsNote}
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
                dev@example.test   / ${passwords.dev}   (narrower scopes and services)

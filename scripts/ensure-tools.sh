@@ -28,6 +28,7 @@ fi
 bash scripts/install/chromium.sh
 bash scripts/install/haproxy.sh  # load balancers (providers/haproxy/)
 bash scripts/install/dbaas.sh  # DBaaS instances: PostgreSQL and MariaDB server binaries, openssl
+bash scripts/install/powerdns.sh # PowerDNS for the DNS family's local server
 
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.
 if [ -n "${DATABASE_URL:-}" ]; then

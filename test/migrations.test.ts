@@ -31,16 +31,18 @@ describe('migrations', () => {
 
 describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
-    const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
+    // The DNS simulator here; the seeded zone on a real PowerDNS is tested in test/dns.http.test.ts.
+    const seedConfig = loadConfig({}, { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' });
     const keyring = Keyring.fromString('ab'.repeat(32));
-    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' }) }), { keyring });
+    const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), { keyring, config: seedConfig });
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: loadConfig({}, { SIM_DELAY_SCALE: '0', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' }) }), { keyring });
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), { keyring, config: seedConfig });
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 
@@ -63,5 +65,7 @@ describe('demo seed', () => {
     const instances = await database.db('dbaas_instances').join('services', 'services.id', 'dbaas_instances.service_id').where('services.account_id', 1);
     expect(instances.map((i) => i.engine).sort()).toEqual(['mysql', 'postgresql']);
     for (const i of instances) expect(i.ready_at).not.toBeNull();
+    expect(await database.db('dns_zones').select('name')).toEqual([{ name: 'example.test' }]);
+    expect(await database.db('sim_dns_rrsets').where({ zone: 'example.test' }).count('* as n').first()).toEqual({ n: 4 });
   });
 });

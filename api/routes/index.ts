@@ -4,6 +4,8 @@ import { dbaasDevRoutes } from './dbaas/dev.routes';
 import { dbaasRoutes } from './dbaas/routes';
 import { apiKeyRoutes } from './api-keys.routes';
 import { devRoutes } from './dev.routes';
+import { dnsDevRoutes } from './dns/dev.routes';
+import { dnsRoutes } from './dns/routes';
 import { metaRoutes } from './meta.routes';
 import { operationRoutes } from './operations.routes';
 import { orderDevRoutes } from './orders/dev.routes';
@@ -28,6 +30,7 @@ const FAMILY_ROUTES: RouteFolder[] = [
   { routes: vpsRoutes, dev: vpsDevRoutes },
   { routes: lbRoutes },
   { routes: dbaasRoutes, dev: dbaasDevRoutes },
+  { routes: dnsRoutes, dev: dnsDevRoutes },
 ];
 
 /**

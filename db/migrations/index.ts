@@ -7,6 +7,7 @@ import * as kit from './20261123000001_kit';
 import * as billing from './20261123000002_billing';
 import * as lb from './20261123000300_lb';
 import * as dbaas from './20261123000200_dbaas';
+import * as dns from './20261123000100_dns';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -21,6 +22,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261123000002_billing', billing],
   ['20261123000300_lb', lb],
   ['20261123000200_dbaas', dbaas],
+  ['20261123000100_dns', dns],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

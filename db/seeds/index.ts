@@ -3,8 +3,10 @@ import type { Keyring } from '../../common/crypto';
 import { seedCore, type DemoPasswords } from './core.seed';
 import { seedDbaas } from './dbaas.seed';
 import { seedOrders } from './orders.seed';
+import { seedDns } from './dns.seed';
 import { seedVps } from './vps.seed';
 import { seedLb } from './lb.seed';
+import type { Config } from '../../common/config';
 import type { Providers } from '../../providers';
 
 /** Demo data for local runs (`npm start`): core first, then each family's own seed. Idempotent. */
@@ -12,12 +14,13 @@ export async function seedDemo(
   db: Knex,
   passwords: DemoPasswords,
   providers: Providers,
-  /** `keyring` seals the admin passwords of the seeded database services. */
-  options: { apiPort?: number; keyring: Keyring },
+  /** `keyring` seals the admin passwords of the seeded database services; `config` names the DNS servers. */
+  options: { apiPort?: number; keyring: Keyring; config: Config },
 ): Promise<{ createdUsers: boolean }> {
   const core = await seedCore(db, passwords);
   await seedOrders(db);
   await seedVps(db, providers);
+  await seedDns(db, providers, options.config);
   await seedLb(db, providers, { apiPort: options.apiPort ?? 3000 });
   await seedDbaas(db, providers, options.keyring);
   return core;

@@ -43,7 +43,7 @@ export const CATALOG: SeedProduct[] = [
   { slug: 'vps-l', name: 'VPS L', description: '8 vCPU, 32 GB RAM, 320 GB NVMe', family: 'vps', product_family: 'vps', options: [OS, HOSTNAME], prices: { monthly: 24, annually: 259 } },
   { slug: 'vps-legacy', name: 'VPS Legacy', description: 'No longer sold', family: 'vps', product_family: 'vps', options: [OS], retired: true, prices: { monthly: 3 } },
   { slug: 'vps-staff', name: 'VPS Staff', description: 'Internal plan, orderable by slug only', family: 'vps', product_family: 'vps', options: [OS], hidden: true, prices: { monthly: 1 } },
-  { slug: 'dns-zone', name: 'DNS Zone', description: 'One authoritative DNS zone', family: 'dns', product_family: 'dns', options: [{ name: 'zone', type: 'string', required: true, pattern: '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z]{2,63}$', description: 'a domain such as example.org' }], prices: { monthly: 0, annually: 0 } },
+  { slug: 'dns-zone', name: 'DNS Zone', description: 'One authoritative DNS zone', family: 'dns', product_family: 'dns', options: [{ name: 'zone', type: 'string', required: true, description: 'a domain such as example.org (any case, a trailing dot and IDN are accepted; kept in punycode)' }], prices: { monthly: 0, annually: 0 } },
   // The engine's major version is the platform's current one (reported live as `version`), not a choice.
   { slug: 'dbaas-postgres-s', name: 'Managed PostgreSQL S', description: 'A PostgreSQL server of its own, TLS, backups', family: 'dbaas', product_family: 'dbaas', prices: { monthly: 12, annually: 120 } },
   { slug: 'dbaas-mysql-s', name: 'Managed MySQL S', description: 'A MySQL-compatible (MariaDB) server of its own, TLS, backups', family: 'dbaas', product_family: 'dbaas', prices: { monthly: 12, annually: 120 } },

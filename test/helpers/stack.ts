@@ -82,6 +82,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     LB_BIND_ADDRESS: lbBindAddress,
     // Database instances of this stack, if a test makes any (never the checkout's .data/).
     DBAAS_DATA_DIR: dbaasDataDir,
+    // DNS tests that need the real server start one and pass DNS_BACKEND=powerdns with its address.
+    DNS_BACKEND: 'simulator',
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });

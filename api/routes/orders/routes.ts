@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { formatId, parseNumericId } from '../../../common/ids';
+import { prepareZoneOrder } from '../../../domain/dns/store';
 import { presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
 import { type BillingCycle } from '../../../providers/billing.provider';
 import { cancelOrder, createOrder, getOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
@@ -75,7 +76,7 @@ export const orderRoutes = [
     operationId: 'createOrder',
     summary: 'Place an order',
     description:
-      'Requires `Idempotency-Key`. Validated before billing: an unknown or retired product, an unsold cycle, bad options or an unknown payment method are `400 validation_failed`; `invalid_promocode`; `hostname_taken` for a taken site name. Answers 202 with an `orders.create` operation: `running` when the invoice is settled at once (free, 100 % promo, account credit); otherwise `pending` with `result.invoice.payment_url` until paid (no timeout). It succeeds with `result.service` once the service is active, or fails with `provisioning_timeout` (30 min) or `order_cancelled`.',
+      'Requires `Idempotency-Key`. Validated before billing: an unknown or retired product, an unsold cycle, bad options or an unknown payment method are `400 validation_failed`; `invalid_promocode`; `hostname_taken` for a taken site name or a DNS zone another service hosts. Answers 202 with an `orders.create` operation: `running` when the invoice is settled at once (free, 100 % promo, account credit); otherwise `pending` with `result.invoice.payment_url` until paid (no timeout). It succeeds with `result.service` once the service is active, or fails with `provisioning_timeout` (30 min) or `order_cancelled`.',
     tag: 'Orders',
     scope: 'orders:write',
     credential: 'credential',
@@ -104,6 +105,8 @@ export const orderRoutes = [
         errors.push({ param: 'payment_method', message: `must be one of: ${methods.map((m) => m.id).join(', ')}` });
       }
       if (errors.length) throw validationFailed(errors);
+      // A zone is one service's at a time: normalised here (case, trailing dot, IDN) and refused while held.
+      if (product.product_family === 'dns') checked.options = await prepareZoneOrder(deps.db, checked.options);
 
       const invalidPromo = (reason?: string) =>
         new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');

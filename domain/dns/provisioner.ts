@@ -1,0 +1,66 @@
+import type { Knex } from 'knex';
+import type { Config } from '../../common/config';
+import { DEFAULT_SOA_TIMERS, type DnsProvider, type ZoneDefaults } from '../../providers/dns.provider';
+import { BackendGoneError, BackendRefusedError } from '../../providers/errors';
+import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
+import { normalizeZoneName } from './names';
+import { claimZone, findZoneOfService, recordZoneFacts, releaseZone } from './store';
+
+/** SOA and NS of every new zone: the operator's configuration (DNS_NAMESERVERS, DNS_HOSTMASTER). */
+export function zoneDefaults(config: Pick<Config, 'DNS_NAMESERVERS' | 'DNS_HOSTMASTER'>): ZoneDefaults {
+  return { nameservers: config.DNS_NAMESERVERS, hostmaster: config.DNS_HOSTMASTER, ...DEFAULT_SOA_TIMERS };
+}
+
+/** The zone a dns service is for: the order's `zone` option, else (seeded services) its label. */
+export function zoneOfTarget(service: Pick<ProvisionTarget, 'options' | 'label'>): string {
+  const raw = typeof service.options.zone === 'string' ? service.options.zone : service.label;
+  try {
+    return normalizeZoneName(raw ?? '');
+  } catch {
+    throw new BackendRefusedError('dns', `"${raw ?? ''}" is not a zone name this service can host.`, 'invalid_zone');
+  }
+}
+
+/**
+ * Builds an ordered `dns-zone` service: claims the zone name for the service (one service per name),
+ * creates the zone on the DNS server with the configured SOA and NS, and names the service after it.
+ * Active once the server has the zone. Terminating the service deletes the zone from the server.
+ */
+export class DnsZoneProvisioner implements ServiceProvisioner {
+  constructor(
+    private readonly db: Knex,
+    private readonly dns: DnsProvider,
+    private readonly defaults: ZoneDefaults,
+  ) {}
+
+  async provision(service: ProvisionTarget): Promise<void> {
+    const zone = zoneOfTarget(service);
+    const nameservers = this.defaults.nameservers.map((n) => n.replace(/\.$/, '').toLowerCase());
+    if (!(await claimZone(this.db, service.id, zone, nameservers))) {
+      throw new BackendRefusedError('dns', `The zone ${zone} is already hosted by another service.`, 'zone_taken');
+    }
+    const info = await this.dns.createZone(zone, this.defaults);
+    await recordZoneFacts(this.db, service.id, { kind: info.kind, nameservers: info.nameservers });
+    await this.db('services').where({ id: service.id }).whereNull('label').update({ label: zone });
+  }
+
+  async isActive(service: ProvisionTarget): Promise<boolean> {
+    const zone = await findZoneOfService(this.db, service.id);
+    if (!zone) return false;
+    try {
+      await this.dns.zoneInfo(zone.name);
+      return true;
+    } catch (err) {
+      if (err instanceof BackendGoneError) return false;
+      throw err;
+    }
+  }
+
+  /** Deletes the zone from the server, then frees its name. */
+  async deprovision(service: ProvisionTarget): Promise<void> {
+    const zone = await findZoneOfService(this.db, service.id);
+    if (!zone) return;
+    await this.dns.deleteZone(zone.name);
+    await releaseZone(this.db, service.id);
+  }
+}

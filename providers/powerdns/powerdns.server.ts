@@ -1,0 +1,220 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+
+/**
+ * A local PowerDNS Authoritative server (Debian's pdns-server with the gsqlite3 backend) for the local
+ * run and the tests: a data directory with the SQLite database, the configuration and the API key,
+ * and `pdns_server` in the foreground as a child process, DNS and HTTP API on loopback ports.
+ * Production points POWERDNS_API_URL at its own servers instead; nothing here runs there.
+ */
+export const PDNS_BINARY = '/usr/sbin/pdns_server';
+export const PDNS_SQLITE_SCHEMA = '/usr/share/pdns-backend-sqlite3/schema/schema.sqlite3.sql';
+
+export interface PowerDnsServerOptions {
+  /** Holds pdns.sqlite3, pdns.conf, api-key (both 0600) and the control socket. Created when missing. */
+  dataDir: string;
+  /** `host:port` where DNS is answered (UDP and TCP); port 0 picks a free one. */
+  dnsAddress: string;
+  /** `host:port` of the HTTP API; port 0 picks a free one. */
+  apiAddress: string;
+  binary?: string;
+  schemaFile?: string;
+  /** Receives the server's output lines (it is quiet below warnings). */
+  log?: (line: string) => void;
+  startTimeoutMs?: number;
+}
+
+export function splitHostPort(address: string): { host: string; port: number } {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address.trim());
+  if (!m || Number(m[2]) > 65535) throw new Error(`"${address}" is not host:port`);
+  return { host: m[1], port: Number(m[2]) };
+}
+
+const joinHostPort = (host: string, port: number) => (host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`);
+
+/** A port free on `host` for TCP and, when asked, UDP too (DNS listens on both). */
+export async function freePort(host: string, { udp }: { udp: boolean }): Promise<number> {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const port = await new Promise<number>((resolve, reject) => {
+      const server = createServer();
+      server.once('error', reject);
+      server.listen(0, host, () => {
+        const { port: p } = server.address() as { port: number };
+        server.close(() => resolve(p));
+      });
+    });
+    if (!udp) return port;
+    const free = await new Promise<boolean>((resolve) => {
+      const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
+      socket.once('error', () => resolve(false));
+      socket.bind(port, host, () => socket.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error(`no free port found on ${host}`);
+}
+
+/**
+ * The API key of this data directory: generated once (32 random bytes) and kept in `api-key`, mode
+ * 0600, so the adapter of every later run (API, worker) reads the same one.
+ */
+export function ensureApiKey(dataDir: string): string {
+  const file = path.join(dataDir, 'api-key');
+  if (existsSync(file)) {
+    const key = readFileSync(file, 'utf8').trim();
+    if (key) return key;
+  }
+  mkdirSync(dataDir, { recursive: true });
+  const key = randomBytes(32).toString('base64url');
+  writeFileSync(file, `${key}\n`, { mode: 0o600 });
+  chmodSync(file, 0o600);
+  return key;
+}
+
+/** Reads the API key a local server's data directory holds (for processes that did not start it). */
+export function readApiKey(dataDir: string): string {
+  return readFileSync(path.join(dataDir, 'api-key'), 'utf8').trim();
+}
+
+/** Creates the SQLite database from the backend package's schema, once. */
+function ensureDatabase(dbFile: string, schemaFile: string): void {
+  if (existsSync(dbFile)) return;
+  if (!existsSync(schemaFile)) throw new Error(`${schemaFile} is missing: install pdns-backend-sqlite3 (scripts/install/powerdns.sh)`);
+  const partial = `${dbFile}.partial`;
+  rmSync(partial, { force: true });
+  const result = spawnSync('sqlite3', [partial], { input: readFileSync(schemaFile), stdio: ['pipe', 'ignore', 'pipe'] });
+  if (result.error || result.status !== 0) {
+    rmSync(partial, { force: true });
+    throw new Error(`creating the PowerDNS database failed: ${result.error?.message ?? result.stderr.toString().trim()}`);
+  }
+  renameSync(partial, dbFile);
+}
+
+function configText(o: { dataDir: string; dbFile: string; dns: string; api: { host: string; port: number }; apiKey: string }): string {
+  return [
+    '# Written by providers/powerdns/powerdns.server.ts on every start; edits are overwritten.',
+    'launch=gsqlite3',
+    `gsqlite3-database=${o.dbFile}`,
+    'gsqlite3-pragma-foreign-keys=yes',
+    `local-address=${o.dns}`,
+    `socket-dir=${o.dataDir}`,
+    'daemon=no',
+    'guardian=no',
+    'disable-syslog=yes',
+    'log-timestamp=no',
+    'loglevel=4',
+    // No security-status lookups to the internet.
+    'security-poll-suffix=',
+    'distributor-threads=1',
+    'receiver-threads=1',
+    'api=yes',
+    `api-key=${o.apiKey}`,
+    'webserver=yes',
+    `webserver-address=${o.api.host}`,
+    `webserver-port=${o.api.port}`,
+    'webserver-allow-from=127.0.0.0/8,::1/128',
+    'webserver-loglevel=none',
+    '',
+  ].join('\n');
+}
+
+export class PowerDnsServer {
+  private exited: Promise<void>;
+  private output: string[] = [];
+
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly apiUrl: string,
+    readonly apiKey: string,
+    readonly dnsHost: string,
+    readonly dnsPort: number,
+    log?: (line: string) => void,
+  ) {
+    const collect = (chunk: Buffer) => {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) {
+        this.output.push(line);
+        if (this.output.length > 50) this.output.shift();
+        log?.(line);
+      }
+    };
+    child.stdout?.on('data', collect);
+    child.stderr?.on('data', collect);
+    child.once('error', (err) => collect(Buffer.from(`pdns_server: ${err.message}\n`)));
+    this.exited = new Promise((resolve) => {
+      child.once('exit', () => resolve());
+      // A binary that cannot be started emits 'error' and never 'exit'.
+      child.once('error', () => resolve());
+    });
+  }
+
+  /** `host:port` for node:dns `Resolver.setServers`. */
+  get dnsAddress(): string {
+    return joinHostPort(this.dnsHost, this.dnsPort);
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Prepares the data directory, starts pdns_server and waits until its API answers with the key. */
+  static async start(options: PowerDnsServerOptions): Promise<PowerDnsServer> {
+    const dataDir = path.resolve(options.dataDir);
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    const apiKey = ensureApiKey(dataDir);
+    const dbFile = path.join(dataDir, 'pdns.sqlite3');
+    ensureDatabase(dbFile, options.schemaFile ?? PDNS_SQLITE_SCHEMA);
+
+    const dns = splitHostPort(options.dnsAddress);
+    if (dns.port === 0) dns.port = await freePort(dns.host, { udp: true });
+    const api = splitHostPort(options.apiAddress);
+    if (api.port === 0) api.port = await freePort(api.host, { udp: false });
+
+    const confFile = path.join(dataDir, 'pdns.conf');
+    writeFileSync(confFile, configText({ dataDir, dbFile, dns: joinHostPort(dns.host, dns.port), api, apiKey }), { mode: 0o600 });
+    chmodSync(confFile, 0o600);
+
+    const binary = options.binary ?? PDNS_BINARY;
+    if (!existsSync(binary)) throw new Error(`${binary} is missing: install pdns-server (scripts/install/powerdns.sh)`);
+    const child = spawn(binary, [`--config-dir=${dataDir}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const apiUrl = `http://${joinHostPort(api.host, api.port)}`;
+    const server = new PowerDnsServer(child, apiUrl, apiKey, dns.host, dns.port, options.log);
+    await server.waitUntilAnswering(options.startTimeoutMs ?? 20_000);
+    return server;
+  }
+
+  /** True when the API answers this key (for a run that finds a server already up). */
+  static async answers(apiUrl: string, apiKey: string, timeoutMs = 1_000): Promise<boolean> {
+    try {
+      const response = await fetch(`${apiUrl}/api/v1/servers/localhost`, { headers: { 'X-API-Key': apiKey }, signal: AbortSignal.timeout(timeoutMs) });
+      return response.ok;
+    } catch {
+      return false;
+    }
+  }
+
+  private async waitUntilAnswering(timeoutMs: number): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    let exited = false;
+    void this.exited.then(() => (exited = true));
+    while (Date.now() < until) {
+      if (exited) break;
+      if (await PowerDnsServer.answers(this.apiUrl, this.apiKey, 500)) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await this.stop();
+    throw new Error(`PowerDNS did not start (${exited ? 'it exited' : `no answer within ${timeoutMs} ms`}):\n${this.output.slice(-10).join('\n')}`);
+  }
+
+  /** Stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it to exit. */
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    this.child.kill('SIGTERM');
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
