@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseZoneFile } from '../domain/dns/zone-file';
+import { parseZoneFile } from '../providers/dns.zone-file';
 import { PowerDnsServer } from '../providers/powerdns/powerdns.server';
 import { createAccount, createApiKey, createService } from './helpers/fixtures';
 import { TEST_ZONE_DEFAULTS } from './helpers/powerdns';

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { normalizeZoneName } from '../domain/dns/names';
 import { canonicalValue } from '../domain/dns/values';
-import { formatZoneFile, parseZoneFile } from '../domain/dns/zone-file';
+import { formatZoneFile, parseZoneFile } from '../providers/dns.zone-file';
 import { fingerprintRRsets, type DnsProvider, type RRsetType } from '../providers/dns.provider';
 import { BackendGoneError, BackendRefusedError } from '../providers/errors';
 import { TEST_ZONE_DEFAULTS } from './helpers/powerdns';

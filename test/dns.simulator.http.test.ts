@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseZoneFile } from '../domain/dns/zone-file';
+import { parseZoneFile } from '../providers/dns.zone-file';
 import { startStack, type Stack } from './helpers/stack';
 import { setBackendDown } from './orders.support';
 import { newZone } from './dns.support';

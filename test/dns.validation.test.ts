@@ -3,7 +3,7 @@ import { ApiError } from '../api/errors';
 import { absoluteName, normalizeTarget, normalizeZoneName, parseZoneName, relativeName } from '../domain/dns/names';
 import { assertCnameExclusive, parseRRsetChange, parseTtl, parseValues, withParamPrefix } from '../domain/dns/rrsets';
 import { canonicalValue, txtStrings } from '../domain/dns/values';
-import { formatZoneFile, parseZoneFile } from '../domain/dns/zone-file';
+import { formatZoneFile, parseZoneFile } from '../providers/dns.zone-file';
 import { etagOf, ifMatchAllows } from '../domain/dns/etag';
 import { fingerprintRRsets, type DnsRRset, type RRsetType } from '../providers/dns.provider';
 

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { ApiError } from '../../api/errors';
 import { canonicalValue } from '../../domain/dns/values';
-import { formatZoneFile } from '../../domain/dns/zone-file';
+import { formatZoneFile } from '../dns.zone-file';
 import {
   compareRRsets,
   fingerprintRRsets,

@@ -1,4 +1,4 @@
-import type { DnsRRset } from '../../providers/dns.provider';
+import type { DnsRRset } from './dns.provider';
 
 /**
  * The zone-file form PowerDNS's export writes: one record per line, absolute owner names with the
