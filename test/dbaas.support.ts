@@ -210,8 +210,14 @@ export function dbaasContract(h: () => ContractHarness) {
     expect([...times].sort((a, b) => a - b)).toEqual(times);
     // The restart just done is in it.
     expect(all.some((e) => /ready (to accept|for) connections/.test(e.message))).toBe(true);
+    // The engine may log more meanwhile (a warning per new connection): the tail is the last three
+    // lines of a read taken right after it.
     const three = await provider.logs(instance, 3);
-    expect(three).toEqual(all.slice(-3));
+    const after = await provider.logs(instance, 1000);
+    expect(three).toHaveLength(3);
+    const at = after.findIndex((e) => JSON.stringify(e) === JSON.stringify(three[0]));
+    expect(at, 'the tail is a run of the full log').toBeGreaterThanOrEqual(0);
+    expect(after.slice(at, at + 3)).toEqual(three);
     expect(JSON.stringify(all)).not.toContain(USER_PASSWORD);
     expect(JSON.stringify(all)).not.toContain(h().adminPassword);
   });
