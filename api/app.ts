@@ -72,6 +72,22 @@ function parsePart<T extends z.ZodType | undefined>(schema: T, value: unknown, p
   return parsed.data;
 }
 
+/**
+ * Whether a request is under /v1 and so audited. Routing is case-sensitive and exact, but the audit
+ * looks at what a client may have meant: any case, percent-encoded letters, doubled slashes. So a
+ * `/V1/...` or `//v1/...` probe, which runs no handler, is still on record.
+ */
+export function isAuditedPath(path: string): boolean {
+  let decoded = path;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    // Not valid percent-encoding: judge the raw path.
+  }
+  const normalised = decoded.replace(/\/+/g, '/').toLowerCase();
+  return normalised === '/v1' || normalised.startsWith('/v1/');
+}
+
 /** `/v1/x/{id}` -> a RegExp for the 405 check. */
 function pathMatcher(path: string): RegExp {
   const pattern = path
@@ -90,13 +106,15 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  // `/V1/services` is not `/v1/services`: no handler runs for a path the route table does not name.
+  app.set('case sensitive routing', true);
 
   app.use((req, res, next) => {
     const requestId = newUlidId('req');
     res.locals.requestId = requestId;
     res.locals.startedAt = process.hrtime.bigint();
     res.setHeader('X-Request-Id', requestId);
-    if (req.path.startsWith('/v1/') || req.path === '/v1') recordAuditOnFinish(deps, req, res);
+    if (isAuditedPath(req.path)) recordAuditOnFinish(deps, req, res);
     next();
   });
 
