@@ -145,9 +145,10 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
     return next(new ApiError(404, 'invalid_request_error', 'route_not_found', `No route ${req.method} ${req.path}.`));
   });
 
-  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+  app.use(async (err: unknown, req: Request, res: Response, _next: NextFunction) => {
     const apiError = toApiError(err, deps, req);
     locals(res).errorCode = apiError.code;
+    await attributeToCredential(deps, req, res);
     if (res.headersSent) return res.end();
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
     res.status(apiError.status).json({
@@ -280,6 +281,17 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   }
   deps.logger.error({ err, method: req.method, path: req.path }, 'unhandled error');
   return new ApiError(500, 'api_error', 'internal_error', 'Something went wrong on our side. The request id identifies it for support.');
+}
+
+/**
+ * A request refused before authentication (malformed JSON, a body too large, an unknown route or
+ * method, a wrong media type) but sent with a valid credential is recorded under that credential's
+ * account, so the account sees it in its audit log. Only for attribution: nothing is authorised here.
+ */
+async function attributeToCredential(deps: AppDeps, req: Request, res: Response): Promise<void> {
+  const l = locals(res);
+  if (l.principal || !req.headers.authorization || !isAuditedPath(req.path)) return;
+  l.principal = (await deps.credentials.authenticate(req.headers.authorization).catch(() => undefined)) ?? undefined;
 }
 
 function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {

@@ -28,4 +28,24 @@ describe('routing and the audit log', () => {
     expect(encoded.status).toBe(404);
     expect(await auditRow(encoded)).toMatchObject({ status: 404 });
   });
+
+  it('attributes malformed requests from a valid credential to its account', async () => {
+    const cases = [
+      await stack.http.post('/v1/api-keys', { token: stack.owner.session, rawBody: '{"name": ', headers: { 'content-type': 'application/json' } }),
+      await stack.http.post('/v1/api-keys', { token: stack.owner.session, rawBody: 'name=x', headers: { 'content-type': 'text/plain' } }),
+      await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x'.repeat(1_100_000), scopes: [] } }),
+      await stack.http.get('/v1/nowhere', { token: stack.owner.key }),
+      await stack.http.delete('/v1/services', { token: stack.owner.key }),
+    ];
+    expect(cases.map((r) => r.status)).toEqual([400, 415, 413, 404, 405]);
+    for (const res of cases) {
+      expect(await auditRow(res), res.text).toMatchObject({ account_id: stack.owner.accountId, credential_id: expect.stringMatching(/^(ses|key)_/) });
+    }
+    // The owner sees them in the account's audit log.
+    const log = await stack.http.get('/v1/audit-logs?status=415', { token: stack.owner.key });
+    expect(log.body.data.map((e: { request_id: string }) => e.request_id)).toContain(cases[1].headers.get('x-request-id'));
+    // An unknown credential stays unattributed.
+    const stranger = await stack.http.post('/v1/api-keys', { token: 'cloud_live_unknown', rawBody: '{', headers: { 'content-type': 'application/json' } });
+    expect(await auditRow(stranger)).toMatchObject({ status: 400, account_id: null, credential_id: null });
+  });
 });
