@@ -9,6 +9,11 @@ import { ApiError, backendUnavailable, conflict, forbidden, insufficientScope, v
 import { isMutation, toExpressPath, type AnyRoute } from './route';
 
 const BODY_LIMIT = '1mb';
+/**
+ * JSON bodies nested deeper than this are refused before parsing: every walk over a body (the NUL
+ * check, zod, the idempotency fingerprint) is recursive, and no request of this API needs more.
+ */
+export const MAX_JSON_DEPTH = 64;
 const IDEMPOTENCY_KEY_MAX = 255;
 
 interface Locals {
@@ -43,6 +48,22 @@ export function zodToApiError(error: z.ZodError, prefix?: string): ApiError {
     message: issue.message,
   }));
   return validationFailed(errors);
+}
+
+/** Scans raw JSON for its bracket depth (outside strings) without parsing it. */
+function checkJsonDepth(buf: Buffer): void {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i];
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > MAX_JSON_DEPTH) throw Object.assign(new Error('JSON nested too deeply'), { type: 'entity.too.deep' });
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
 }
 
 /**
@@ -127,7 +148,7 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
     }
     return next();
   });
-  app.use(express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'] }));
+  app.use(express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'], verify: (_req, _res, buf) => checkJsonDepth(buf) }));
 
   for (const route of routes) {
     app[route.method](toExpressPath(route.path), (req, res, next) => {
@@ -270,6 +291,8 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   switch (bodyErr?.type) {
     case 'entity.too.large':
       return new ApiError(413, 'invalid_request_error', 'payload_too_large', `Request bodies are limited to ${BODY_LIMIT}.`);
+    case 'entity.too.deep':
+      return validationFailed([{ param: 'body', message: `is nested more than ${MAX_JSON_DEPTH} levels deep` }]);
     case 'entity.parse.failed':
       return new ApiError(400, 'invalid_request_error', 'invalid_json', 'The request body is not valid JSON (an object or array is expected).');
     case 'encoding.unsupported':

@@ -49,3 +49,18 @@ describe('routing and the audit log', () => {
     expect(await auditRow(stranger)).toMatchObject({ status: 400, account_id: null, credential_id: null });
   });
 });
+
+describe('input limits', () => {
+  it('answers deeply nested JSON with 400, never 500', async () => {
+    for (const rawBody of ['['.repeat(100_000) + ']'.repeat(100_000), '{"a":'.repeat(50_000) + '1' + '}'.repeat(50_000)]) {
+      for (const path of ['/v1/sessions', '/v1/webhooks']) {
+        const res = await stack.http.post(path, { token: stack.owner.key, rawBody, headers: { 'content-type': 'application/json', 'idempotency-key': `deep-${Math.random()}` } });
+        expect(res.status, res.text).toBe(400);
+        expect(res.body.error).toMatchObject({ code: 'validation_failed', param: 'body' });
+      }
+    }
+    // Brackets inside strings do not count; ordinary nesting is fine.
+    const ok = await stack.http.post('/v1/sessions', { body: { email: '[[[[{{{{'.repeat(30), password: 'x' } });
+    expect(ok.status).toBe(401);
+  });
+});
