@@ -37,7 +37,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
     temporal,
     providers: createProviders({ db, config }),
     credentials: new CredentialResolver(db, config.CREDENTIAL_CACHE_TTL),
-    audit: new AuditWriter(db, logger, config.AUDIT_FLUSH_INTERVAL),
+    audit: new AuditWriter(db, logger, config.AUDIT_FLUSH_INTERVAL, 500, config.AUDIT_QUEUE_MAX),
     rateLimiter: new RateLimiter(
       {
         default: { per_key: config.RATE_LIMIT_DEFAULT_PER_KEY, per_account: config.RATE_LIMIT_DEFAULT_PER_ACCOUNT },

@@ -81,6 +81,8 @@ export const configSchema = z
     RATE_LIMIT_MUTATIONS_PER_ACCOUNT: positiveInt(240),
     RATE_LIMIT_WINDOW: duration('60s'),
     AUDIT_FLUSH_INTERVAL: duration('200ms'),
+    /** Audit entries held in memory while PostgreSQL does not answer; past it new entries are dropped (and logged). */
+    AUDIT_QUEUE_MAX: positiveInt(50_000),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((cfg, ctx) => {

@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
+import { AuditWriter, type AuditEntry } from '../domain/audit';
+import { createLogger } from '../common/logger';
+import { createDb } from '../db/knex';
 
 /** Hardening of the request pipeline found by an audit: routing, audit attribution, input limits. */
 let stack: Stack;
@@ -62,5 +65,31 @@ describe('input limits', () => {
     // Brackets inside strings do not count; ordinary nesting is fine.
     const ok = await stack.http.post('/v1/sessions', { body: { email: '[[[[{{{{'.repeat(30), password: 'x' } });
     expect(ok.status).toBe(401);
+  });
+});
+
+describe('the audit write queue', () => {
+  it('is bounded while PostgreSQL does not answer, says what it drops, and writes the rest when it is back', async () => {
+    const lines: string[] = [];
+    const logger = createLogger('error', 'test', { write: (line: string) => void lines.push(line) });
+    const down = createDb('postgres://cloud:cloud@127.0.0.1:1/nowhere', 1);
+    const writer = new AuditWriter(down, logger, 10, 500, 5);
+    const entry = (i: number): AuditEntry => ({
+      request_id: `req_bounded_${i}`, account_id: stack.owner.accountId, method: 'GET', path: '/v1/services', route: '/v1/services',
+      status: 200, error_code: null, scope_required: null, credential_id: null, ip: '127.0.0.1', via: 'api', duration_ms: 1, created_at: new Date(),
+    });
+    for (let i = 0; i < 12; i++) writer.record(entry(i));
+    await writer.flush();
+    expect(writer.droppedTotal).toBe(7);
+    const reports = lines.map((l) => JSON.parse(l)).filter((l) => l.dropped !== undefined);
+    expect(reports.reduce((n, l) => n + l.dropped, 0)).toBe(7);
+    expect(reports.flatMap((l) => l.request_ids)).toEqual([5, 6, 7, 8, 9, 10, 11].map((i) => `req_bounded_${i}`));
+    // The five it kept are written once the database answers again.
+    (writer as unknown as { db: unknown }).db = stack.db;
+    await writer.close();
+    expect((await stack.db('audit_logs').where('request_id', 'like', 'req_bounded_%').orderBy('request_id')).map((r) => r.request_id)).toEqual(
+      [0, 1, 2, 3, 4].map((i) => `req_bounded_${i}`),
+    );
+    await down.destroy();
   });
 });
