@@ -212,7 +212,8 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
       res,
       principal ? principal.credentialId : `ip:${clientIp(req)}`,
       principal ? String(principal.accountId) : null,
-      principal?.rateLimitTier ?? null,
+      // A tier above standard counts only on an owner's key (one made by someone else before that rule is standard).
+      principal?.isOwner ? principal.rateLimitTier : null,
       isMutation(route.method),
     );
   }

@@ -3,6 +3,7 @@ import { startStack, type Stack } from './helpers/stack';
 import { AuditWriter, type AuditEntry } from '../domain/audit';
 import { createLogger } from '../common/logger';
 import { createDb } from '../db/knex';
+import { createApiKey, createSession, createUser } from './helpers/fixtures';
 
 /** Hardening of the request pipeline found by an audit: routing, audit attribution, input limits. */
 let stack: Stack;
@@ -91,5 +92,40 @@ describe('the audit write queue', () => {
       [0, 1, 2, 3, 4].map((i) => `req_bounded_${i}`),
     );
     await down.destroy();
+  });
+});
+
+describe('rate-limit tiers', () => {
+  it('lets only the account owner set a tier above standard', async () => {
+    const dev = await createUser(stack.db, stack.owner.accountId, { scopes: ['apikeys:write', 'services:read'] });
+    const session = (await createSession(stack.db, stack.owner.accountId, dev.userId)).token;
+    const refused = await stack.http.post('/v1/api-keys', { token: session, body: { name: 'fast', scopes: ['services:read'], rate_limit_tier: 'high' } });
+    expect(refused.status, refused.text).toBe(403);
+    expect(refused.body.error).toMatchObject({ type: 'authorization_error', code: 'owner_required' });
+    const standard = await stack.http.post('/v1/api-keys', { token: session, body: { name: 'plain', scopes: ['services:read'], rate_limit_tier: 'standard' } });
+    expect(standard.status).toBe(201);
+    const owner = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'fast', scopes: ['services:read'], rate_limit_tier: 'high' } });
+    expect(owner.status).toBe(201);
+    expect(owner.body.rate_limit_tier).toBe('high');
+  });
+
+  it('multiplies only the key\'s own budget: the account budget is the same for every key', async () => {
+    const limited = await startStack({ temporal: 'none', env: { RATE_LIMIT_DEFAULT_PER_KEY: '4', RATE_LIMIT_DEFAULT_PER_ACCOUNT: '6' } });
+    try {
+      const high = await createApiKey(limited.db, limited.owner.accountId, limited.owner.userId, { scopes: ['services:read'], tier: 'high' });
+      const statuses: number[] = [];
+      for (let i = 0; i < 8; i++) statuses.push((await limited.http.get('/v1/services', { token: high.token })).status);
+      // The high key may make more than 4 (its own budget is 40), but the account stops it at 6.
+      expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 429, 429]);
+      // A high-tier key made by someone other than the owner (before the rule existed) counts as standard.
+      const [acct] = await limited.db('accounts').insert({ name: 'Legacy' }).returning('id');
+      const dev = await createUser(limited.db, acct.id, { scopes: ['services:read'] });
+      const legacy = await createApiKey(limited.db, acct.id, dev.userId, { scopes: ['services:read'], tier: 'high' });
+      const seen: number[] = [];
+      for (let i = 0; i < 5; i++) seen.push((await limited.http.get('/v1/services', { token: legacy.token })).status);
+      expect(seen).toEqual([200, 200, 200, 200, 429]);
+    } finally {
+      await limited.close();
+    }
   });
 });
