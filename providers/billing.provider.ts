@@ -141,6 +141,12 @@ export interface NewOrder {
   credentialId: string | null;
 }
 
+/** An order recorded, or why not (the messages are written for customers). */
+export type CreateOrderOutcome =
+  | { ok: true; order: OrderRecord }
+  | { ok: false; code: 'hostname_taken' }
+  | { ok: false; code: 'invalid_promocode'; reason: string };
+
 /** The outcome of cancelling an order (POST /v1/orders/{id}/cancel). */
 export interface CancelOutcome {
   /** `voided`: an unpaid order was voided with its invoice; `requested`: a cancellation request per service. */
@@ -160,9 +166,11 @@ export interface BillingProvider {
 
   /**
    * Records a new order (inside the caller's transaction, beside the operation row). Refuses a taken
-   * site name atomically (returns null), so two concurrent orders cannot both get one.
+   * site name and a promo code that is no longer valid (inactive, expired, used up, not for this
+   * product or cycle) atomically, so concurrent orders can neither share a site name nor use a code
+   * more than `max_uses` times.
    */
-  createOrder(trx: unknown, order: NewOrder): Promise<OrderRecord | null>;
+  createOrder(trx: unknown, order: NewOrder): Promise<CreateOrderOutcome>;
   getOrder(accountId: number, orderId: number): Promise<OrderRecord | null>;
   getOrderById(orderId: number): Promise<OrderRecord | null>;
   listOrders(opts: { accountId: number; status?: OrderStatus; limit: number; before?: number }): Promise<{ items: OrderRecord[]; hasMore: boolean }>;

@@ -142,6 +142,36 @@ describe('POST /v1/orders: rejected before billing', () => {
     expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_promocode', param: 'promo_code' });
   });
 
+  it('checks a promo code again where it is consumed: parallel orders never exceed max_uses', async () => {
+    await stack.db('promo_codes').insert({ code: 'RACE3', percent_off: 10, max_uses: 3 });
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => placeOrder(stack, c, { product: 'dns-zone', options: { zone: `race${i}.example` }, promo_code: 'RACE3' })),
+    );
+    expect(answers.filter((r) => r.status === 202)).toHaveLength(3);
+    const refused = answers.filter((r) => r.status !== 202);
+    expect(refused).toHaveLength(5);
+    for (const r of refused) expect(r.body.error).toMatchObject({ code: 'invalid_promocode', param: 'promo_code', message: 'The promo code has been used up.' });
+    expect((await stack.db('promo_codes').where({ code: 'RACE3' }).first()).uses).toBe(3);
+    expect(await stack.db('orders').where({ account_id: c.accountId, promo_code: 'RACE3' })).toHaveLength(3);
+
+    // A code switched off or expired after the first check is refused where it is consumed too.
+    const billing = stack.api.deps.providers.billing;
+    const product = (await billing.getProduct('dns-zone', 'EUR'))!;
+    await stack.db('promo_codes').insert([
+      { code: 'SWITCHEDOFF', percent_off: 10, active: false },
+      { code: 'JUSTEXPIRED', percent_off: 10, expires_at: new Date(Date.now() - 1000) },
+    ]);
+    for (const [code, reason] of [['SWITCHEDOFF', 'is not a valid promo code'], ['JUSTEXPIRED', 'has expired']]) {
+      const outcome = await stack.db.transaction((trx) =>
+        billing.createOrder(trx, {
+          accountId: c.accountId, operationId: `op_${code}`, product, billingCycle: 'monthly', options: { zone: 'late.example' },
+          promoCode: code, siteName: null, paymentMethod: 'card', currency: 'EUR', credentialId: null,
+        }),
+      );
+      expect(outcome).toEqual({ ok: false, code: 'invalid_promocode', reason });
+    }
+  });
+
   it('refuses a site name already used by a live service -> 400 hostname_taken', async () => {
     const other = await newCustomer(stack);
     await createService(stack.db, other.accountId, { family: 'other', label: 'taken.example.test', product: 'wordpress-starter' });

@@ -6,6 +6,7 @@ import {
   type BillingProvider,
   type CancelOutcome,
   type CancellationType,
+  type CreateOrderOutcome,
   type InvoiceView,
   type NewOrder,
   type OrderRecord,
@@ -69,6 +70,25 @@ export function presentInvoice(row: InvoiceRow): InvoiceView {
   };
 }
 
+interface PromoRow {
+  active: boolean;
+  expires_at: Date | null;
+  max_uses: number | null;
+  uses: number;
+  product_slugs: string[] | null;
+  billing_cycles: string[] | null;
+}
+
+/** Why a promo code cannot be used for this product and cycle (shown after "The promo code"), or null. */
+function promoRefusal(row: PromoRow | undefined, product: ProductRecord, cycle: BillingCycle): string | null {
+  if (!row || !row.active) return 'is not a valid promo code';
+  if (row.expires_at && new Date(row.expires_at).getTime() <= Date.now()) return 'has expired';
+  if (row.max_uses !== null && row.uses >= row.max_uses) return 'has been used up';
+  if (row.product_slugs && !row.product_slugs.includes(product.slug)) return `does not apply to the product "${product.slug}"`;
+  if (row.billing_cycles && !row.billing_cycles.includes(cycle)) return `does not apply to the billing cycle "${cycle}"`;
+  return null;
+}
+
 /**
  * The billing backend, simulated in PostgreSQL. The catalog, orders and invoices are records the
  * control plane reads from its own database (so reads and validation never need the backend); the
@@ -128,13 +148,8 @@ export class BillingSimulator implements BillingProvider {
 
   async checkPromo(code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {
     const row = await this.db('promo_codes').where({ code: code.trim().toUpperCase() }).first();
-    const refuse = (reason: string): PromoCheck => ({ ok: false, percentOff: 0, reason });
-    if (!row || !row.active) return refuse('is not a valid promo code');
-    if (row.expires_at && new Date(row.expires_at).getTime() <= Date.now()) return refuse('has expired');
-    if (row.max_uses !== null && row.uses >= row.max_uses) return refuse('has been used up');
-    if (row.product_slugs && !row.product_slugs.includes(product.slug)) return refuse(`does not apply to the product "${product.slug}"`);
-    if (row.billing_cycles && !row.billing_cycles.includes(cycle)) return refuse(`does not apply to the billing cycle "${cycle}"`);
-    return { ok: true, percentOff: Number(row.percent_off) };
+    const reason = promoRefusal(row, product, cycle);
+    return reason ? { ok: false, percentOff: 0, reason } : { ok: true, percentOff: Number(row.percent_off) };
   }
 
   private siteNameTakenQuery(db: Knex | Knex.Transaction, siteName: string) {
@@ -163,21 +178,25 @@ export class BillingSimulator implements BillingProvider {
   }
 
   /** Records the order on the control plane's side; billing sees it when the workflow issues the invoice. */
-  async createOrder(trxArg: unknown, order: NewOrder): Promise<OrderRecord | null> {
+  async createOrder(trxArg: unknown, order: NewOrder): Promise<CreateOrderOutcome> {
     const trx = trxArg as Knex.Transaction;
     if (order.siteName) {
       // Serialises orders for the same site name until this transaction ends.
       await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`site:${order.siteName.toLowerCase()}`]);
       const row = await this.siteNameTakenQuery(trx, order.siteName);
-      if (row?.taken) return null;
+      if (row?.taken) return { ok: false, code: 'hostname_taken' };
     }
     const price = order.product.prices[order.billingCycle];
     if (price === undefined) throw new Error(`product ${order.product.slug} is not sold ${order.billingCycle}`);
     let percentOff = 0;
     if (order.promoCode) {
+      // The check before the transaction was advisory: under the row lock, parallel orders see each
+      // other's uses, so a code is never used more than max_uses times, nor after it expired or was switched off.
       const code = order.promoCode.trim().toUpperCase();
       const promo = await trx('promo_codes').where({ code }).forUpdate().first();
-      percentOff = Number(promo?.percent_off ?? 0);
+      const reason = promoRefusal(promo, order.product, order.billingCycle);
+      if (reason) return { ok: false, code: 'invalid_promocode', reason };
+      percentOff = Number(promo.percent_off);
       await trx('promo_codes').where({ code }).increment('uses', 1);
     }
     const [row] = await trx('orders')
@@ -199,7 +218,7 @@ export class BillingSimulator implements BillingProvider {
         credential_id: order.credentialId,
       })
       .returning('*');
-    return row as OrderRecord;
+    return { ok: true, order: row as OrderRecord };
   }
 
   async getOrder(accountId: number, orderId: number): Promise<OrderRecord | null> {

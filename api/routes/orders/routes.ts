@@ -104,11 +104,11 @@ export const orderRoutes = [
       }
       if (errors.length) throw validationFailed(errors);
 
+      const invalidPromo = (reason?: string) =>
+        new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');
       if (body.promo_code) {
         const promo = await billing.checkPromo(body.promo_code, product, cycle);
-        if (!promo.ok) {
-          throw new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${promo.reason ?? 'is not valid'}.`, 'promo_code');
-        }
+        if (!promo.ok) throw invalidPromo(promo.reason);
       }
       const hostnameTaken = () =>
         new ApiError(400, 'invalid_request_error', 'hostname_taken', `The site name "${body.site_name}" is already taken.`, 'site_name');
@@ -148,7 +148,7 @@ export const orderRoutes = [
             currency,
             credentialId: principal.credentialId,
           });
-          if (!created) throw hostnameTaken();
+          if (!created.ok) throw created.code === 'hostname_taken' ? hostnameTaken() : invalidPromo(created.reason);
           await trx('operations').where({ id: operationId }).update({ result: JSON.stringify(initialResult) });
         },
       }).catch(async (err: unknown) => {
