@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
-import { createApiKey, createService } from './helpers/fixtures';
+import { createApiKey, createService, createUser } from './helpers/fixtures';
 import { seedOrders } from '../db/seeds/orders.seed';
 import { OperationSchema } from '../api/schemas';
 import { OrderSchema, ProductSchema } from '../api/routes/orders/schemas';
@@ -531,6 +531,24 @@ describe('reading orders, visibility and scopes', () => {
       expect(r.body.error.required_scope).toBe('orders:read');
     }
     expect((await stack.http.get('/v1/orders')).status).toBe(401);
+  });
+
+  it('answers 404 to a cancel from a key or user that cannot see the order\'s service, and changes nothing', async () => {
+    const c = await newCustomer(stack);
+    const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'cancel-hidden.example' } });
+    await result(res.body.id);
+    const orderId = res.body.resource.id;
+    const unrelated = await createService(stack.db, c.accountId, { family: 'dns' });
+    const narrowKey = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:write', 'orders:read'], allowlist: [unrelated.serviceId] });
+    const user = await createUser(stack.db, c.accountId, { scopes: ['orders:write', 'orders:read'], serviceIds: [unrelated.serviceId] });
+    const userKey = await createApiKey(stack.db, c.accountId, user.userId, { scopes: ['orders:write'] });
+    for (const token of [narrowKey.token, userKey.token]) {
+      const cancel = await stack.http.post(`/v1/orders/${orderId}/cancel`, { token, body: { type: 'immediate' } });
+      expect(cancel.status, cancel.text).toBe(404);
+      expect(cancel.body.error.code).toBe('not_found');
+    }
+    expect((await stack.db('orders').where({ id: Number(orderId.slice(4)) }).first()).cancellation_type).toBeNull();
+    expect((await getOrder(c, orderId)).body.cancellation).toBeNull();
   });
 
   it('leaves services the key cannot see out of the order', async () => {

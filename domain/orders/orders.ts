@@ -78,6 +78,27 @@ export function presentOrder(
 export type OrderView = ReturnType<typeof presentOrder>;
 
 /**
+ * Whether a credential may see an order: every service the order created must be visible to it
+ * (key allowlist, the user's per-service permissions). An order that has not created a service yet
+ * is visible to every credential of the account that may read orders. Invisible is `404`.
+ */
+export function canSeeOrder(principal: Principal, serviceIds: number[]): boolean {
+  return serviceIds.every((id) => canSeeService(principal, id));
+}
+
+/** The order if the principal may see it (its account, its services), else null. */
+export async function findVisibleOrder(
+  billing: { getOrder(accountId: number, orderId: number): Promise<OrderRecord | null>; servicesOfOrders(ids: number[]): Promise<Map<number, ServiceBillingView[]>> },
+  principal: Principal,
+  orderId: number,
+): Promise<OrderRecord | null> {
+  const order = await billing.getOrder(principal.accountId, orderId);
+  if (!order) return null;
+  const services = (await billing.servicesOfOrders([orderId])).get(orderId) ?? [];
+  return canSeeOrder(principal, services.map((s) => s.service_id)) ? order : null;
+}
+
+/**
  * Loads invoices and created services of some orders and presents them. Services the principal
  * cannot see (key allowlist, per-service permissions) are left out of `services`.
  */

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { formatId, parseNumericId } from '../../../common/ids';
-import { presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
+import { findVisibleOrder, presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
 import { type BillingCycle } from '../../../providers/billing.provider';
 import { orderCancelledSignal } from '../../../workflows/orders/signals';
 import type { AppDeps } from '../../deps';
@@ -206,7 +206,7 @@ export const orderRoutes = [
     operationId: 'cancelOrder',
     summary: 'Cancel an order',
     description:
-      'An unpaid order is voided at once with its invoice, and its operation fails with `order_cancelled`. An active order gets a cancellation request per service (`type`: `immediate` or `end_of_cycle`, default `end_of_cycle`) that billing carries out; nothing is destroyed by this call. Cancelling again answers the order as it is.',
+      'An order whose service the credential cannot see is `404`. An unpaid order is voided at once with its invoice, and its operation fails with `order_cancelled`. An active order gets a cancellation request per service (`type`: `immediate` or `end_of_cycle`, default `end_of_cycle`) that billing carries out; nothing is destroyed by this call. Cancelling again answers the order as it is.',
     tag: 'Orders',
     scope: 'orders:write',
     credential: 'credential',
@@ -217,7 +217,9 @@ export const orderRoutes = [
     responses: [{ status: 200, description: 'The order after the cancellation', schema: OrderSchema }],
     async handler({ params, body, principal, deps }) {
       const id = parseNumericId('ord', params.id);
-      const outcome = id === null ? null : await deps.providers.billing.cancelOrder(principal.accountId, id, { type: body.type, reason: body.reason ?? null });
+      // An order whose service the credential cannot see is as missing as any invisible resource.
+      const visible = id === null ? null : await findVisibleOrder(deps.providers.billing, principal, id);
+      const outcome = visible === null ? null : await deps.providers.billing.cancelOrder(principal.accountId, visible.id, { type: body.type, reason: body.reason ?? null });
       if (!outcome) throw notFound('order');
       if (outcome.kind === 'voided') {
         // The void is committed; the signal only spares the workflow its periodic re-read.
