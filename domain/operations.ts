@@ -185,7 +185,7 @@ export class OperationService {
         })
         .returning('*');
       const view = presentOperation(row);
-      await emitEvent(trx, { accountId: row.account_id, type: 'operation.completed', data: view });
+      await emitEvent(trx, { accountId: row.account_id, type: 'operation.completed', data: view, serviceId: row.service_id });
       return view;
     });
   }
@@ -208,10 +208,18 @@ export class OperationService {
       if (terminal) patch.completed_at = trx.fn.now();
       const [updated] = await trx('operations').where({ id: t.operationId }).update(patch).returning('*');
       if (terminal) {
-        await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated) });
+        await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated), serviceId: updated.service_id });
       }
     });
     this.cache.delete(t.operationId);
+  }
+
+  /**
+   * The operation of an order takes the service the order created: from then on, its visibility
+   * follows that service's like any other operation's (docs/security.md).
+   */
+  async attachService(operationId: string, serviceId: number): Promise<void> {
+    await this.db('operations').where({ id: operationId }).whereNull('service_id').update({ service_id: serviceId });
   }
 
   /** Loads a row the principal may see, or throws 404. */

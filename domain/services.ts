@@ -78,6 +78,7 @@ export async function moveServiceStatus(
     await emitEvent(t, {
       accountId: row.account_id,
       type: STATUS_EVENTS[to],
+      serviceId,
       data: { object: 'service', id: summary.id, family: summary.family, status: summary.status, name: summary.name, label: summary.label },
     });
     return row as ServiceRow;

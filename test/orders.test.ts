@@ -551,14 +551,25 @@ describe('reading orders, visibility and scopes', () => {
     expect((await getOrder(c, orderId)).body.cancellation).toBeNull();
   });
 
-  it('leaves services the key cannot see out of the order', async () => {
+  it('hides an order, and its operation, from a key that cannot see the service it created (docs/security.md)', async () => {
     const c = await newCustomer(stack);
     const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'hidden.example' } });
     await result(res.body.id);
+    const created = (await getOrder(c, res.body.resource.id)).body.services[0];
     const unrelated = await createService(stack.db, c.accountId, { family: 'dns' });
-    const narrow = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read'], allowlist: [unrelated.serviceId] });
+    const narrow = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read', 'operations:read'], allowlist: [unrelated.serviceId] });
     const seen = await stack.http.get(`/v1/orders/${res.body.resource.id}`, { token: narrow.token });
-    expect(seen.status).toBe(200);
-    expect(seen.body.services).toEqual([]);
+    expect(seen.status).toBe(404);
+    expect((await stack.http.get('/v1/orders', { token: narrow.token })).body.data).toEqual([]);
+    // The order's operation took the service it created: it follows that service's visibility.
+    expect((await stack.db('operations').where({ id: res.body.id }).first()).service_id).toBe(Number(created.id.slice(4)));
+    expect((await stack.http.get(`/v1/operations/${res.body.id}`, { token: narrow.token })).status).toBe(404);
+    expect((await stack.http.get('/v1/operations', { token: narrow.token })).body.data).toEqual([]);
+    const completed = (await eventsFor(stack, c.accountId, 'operation.completed')).find((e) => e.data.id === res.body.id);
+    expect(completed.service_id).toBe(Number(created.id.slice(4)));
+    // A key that sees the service sees the order and its operation.
+    const wide = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read', 'operations:read'], allowlist: [Number(created.id.slice(4))] });
+    expect((await stack.http.get(`/v1/orders/${res.body.resource.id}`, { token: wide.token })).body.services.map((s: { id: string }) => s.id)).toEqual([created.id]);
+    expect((await stack.http.get(`/v1/operations/${res.body.id}`, { token: wide.token })).status).toBe(200);
   });
 });

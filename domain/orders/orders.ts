@@ -99,8 +99,8 @@ export async function findVisibleOrder(
 }
 
 /**
- * Loads invoices and created services of some orders and presents them. Services the principal
- * cannot see (key allowlist, per-service permissions) are left out of `services`.
+ * Loads invoices and created services of some orders and presents those the principal may see
+ * (canSeeOrder): an order with a service the credential cannot see is left out entirely.
  */
 export async function presentOrders(
   db: Knex,
@@ -116,15 +116,15 @@ export async function presentOrders(
   const serviceIds = [...billingByOrder.values()].flat().map((b) => b.service_id);
   const rows: ServiceRow[] = serviceIds.length ? await db('services').whereIn('id', serviceIds) : [];
   const byId = new Map(rows.map((r) => [Number(r.id), r]));
-  return orders.map((order) =>
-    presentOrder(
-      order,
-      invoices.get(Number(order.id)) ?? null,
-      (billingByOrder.get(Number(order.id)) ?? [])
-        .filter((b) => byId.has(b.service_id) && canSeeService(principal, b.service_id))
-        .map((b) => ({ row: byId.get(b.service_id)!, billing: b })),
-    ),
-  );
+  return orders
+    .filter((order) => canSeeOrder(principal, (billingByOrder.get(Number(order.id)) ?? []).map((b) => b.service_id)))
+    .map((order) =>
+      presentOrder(
+        order,
+        invoices.get(Number(order.id)) ?? null,
+        (billingByOrder.get(Number(order.id)) ?? []).filter((b) => byId.has(b.service_id)).map((b) => ({ row: byId.get(b.service_id)!, billing: b })),
+      ),
+    );
 }
 
 /**

@@ -163,7 +163,8 @@ export const orderRoutes = [
     path: '/v1/orders',
     operationId: 'listOrders',
     summary: 'List the account\'s orders',
-    description: 'Newest first, with each order\'s invoice and created services. Filter by `status`.',
+    description:
+      'Newest first, with each order\'s invoice and created services. Filter by `status`. Orders whose service the credential cannot see are left out, so a page may hold fewer than `limit` orders while `has_more` is true.',
     tag: 'Orders',
     scope: 'orders:read',
     credential: 'credential',
@@ -185,7 +186,7 @@ export const orderRoutes = [
     path: '/v1/orders/{id}',
     operationId: 'getOrder',
     summary: 'Get an order with its invoice and created services',
-    description: 'Another account\'s order is `404`.',
+    description: 'Another account\'s order, or one whose service the credential cannot see, is `404`.',
     tag: 'Orders',
     scope: 'orders:read',
     credential: 'credential',
@@ -194,7 +195,7 @@ export const orderRoutes = [
     responses: [{ status: 200, description: 'The order', schema: OrderSchema }],
     async handler({ params, principal, deps }) {
       const id = parseNumericId('ord', params.id);
-      const order = id === null ? null : await deps.providers.billing.getOrder(principal.accountId, id);
+      const order = id === null ? null : await findVisibleOrder(deps.providers.billing, principal, id);
       if (!order) throw notFound('order');
       const [view] = await presentOrders(deps.db, deps.providers.billing, principal, [order]);
       return { body: view };

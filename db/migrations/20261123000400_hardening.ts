@@ -1,0 +1,31 @@
+import type { Knex } from 'knex';
+
+/**
+ * Hardening (docs/security.md):
+ * - `events.service_id`: the service an event concerns, so that credentials narrowed to some
+ *   services do not read other services' events in webhook delivery records;
+ * - an order's operation takes the service the order created (`operations.service_id`), so its
+ *   visibility follows that service's like every other operation's.
+ */
+export async function up(knex: Knex): Promise<void> {
+  await knex.schema.alterTable('events', (t) => {
+    t.bigInteger('service_id');
+  });
+  await knex.raw(`
+    update operations o set service_id = sb.service_id
+      from orders ord join service_billing sb on sb.order_id = ord.id
+     where o.id = ord.operation_id and o.service_id is null`);
+  await knex.raw(`
+    update events e set service_id = substring(e.data->>'id' from '^svc_([0-9]+)$')::bigint
+     where e.type like 'service.%' and e.data->>'id' ~ '^svc_[0-9]+$'`);
+  await knex.raw(`
+    update events e set service_id = o.service_id
+      from operations o
+     where e.type = 'operation.completed' and o.id = e.data->>'id' and o.service_id is not null`);
+}
+
+export async function down(knex: Knex): Promise<void> {
+  await knex.schema.alterTable('events', (t) => {
+    t.dropColumn('service_id');
+  });
+}
