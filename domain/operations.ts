@@ -5,6 +5,7 @@ import { ApiError, backendUnavailable, notFound } from '../api/errors';
 import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
+import { lockActionable } from './services';
 import type { Logger } from '../common/logger';
 import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/kit/operation';
 import type * as Workflows from '../workflows';
@@ -128,6 +129,7 @@ export class OperationService {
           credential_id: input.principal.credentialId,
         })
         .returning('*');
+      if (input.serviceId) await lockActionable(trx, input.serviceId, `a ${input.type} operation`);
       if (input.inTransaction) await input.inTransaction(trx, id);
       return inserted as OperationRow;
     });
