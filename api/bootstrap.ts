@@ -9,6 +9,7 @@ import { OperationService } from '../domain/operations';
 import { RateLimiter } from '../domain/rate-limit';
 import { TemporalGateway } from '../domain/temporal';
 import { createProviders } from '../providers';
+import { localServicePorts, protectLocalPorts } from '../domain/webhooks/targets';
 import { createApp } from './app';
 import type { AppDeps } from './deps';
 import { Cursors } from './pagination';
@@ -51,6 +52,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
       logger,
     }),
   };
+  protectLocalPorts(localServicePorts(config));
   const routes = buildRouteTable({ devEndpoints: config.CLOUD_DEV_ENDPOINTS });
   const app = createApp(deps, routes);
 

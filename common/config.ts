@@ -59,6 +59,21 @@ export const configSchema = z
     WEBHOOK_ALLOW_INSECURE_TARGETS: flag,
     /** How often the event dispatcher sweeps for undispatched events (beside LISTEN cloud_events). */
     WEBHOOK_SWEEP_INTERVAL: duration('5s'),
+    /**
+     * Extra loopback ports webhook targets may never reach (beside PORT, the Temporal frontend and UI
+     * ports): the local Temporal dev server's HTTP API and metrics ports (npm start sets them).
+     */
+    WEBHOOK_PROTECTED_PORTS: z
+      .string()
+      .default('')
+      .transform((value, ctx) => {
+        const ports = value.split(',').map((p) => p.trim()).filter(Boolean).map(Number);
+        if (ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) {
+          ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of ports (1-65535)' });
+          return z.NEVER;
+        }
+        return ports;
+      }),
     /** PEM file of extra CA certificates trusted for webhook deliveries (beside the system roots); tests use it for a TLS receiver. */
     WEBHOOK_EXTRA_CA_FILE: z.string().optional(),
     OPERATION_CACHE_TTL: duration('2s'),

@@ -13,6 +13,7 @@ import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './tem
 import { httpClient, type HttpClient } from './http';
 import { createAccount, createApiKey, createSession, createUser } from './fixtures';
 import { ALL_SCOPES } from '../../domain/scopes';
+import { protectLocalPorts } from '../../domain/webhooks/targets';
 
 export interface StackOptions {
   /** Which Temporal server backs the stack; 'none' for tests that need no workflow. */
@@ -82,6 +83,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
   });
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // The API listens on a port of its own, and the Temporal server too: webhook targets may not reach them.
+  protectLocalPorts([(server.address() as AddressInfo).port, ...(temporal ? [Number(temporal.address.split(':').pop())] : [])]);
 
   let worker: Worker | null = null;
   let background: BackgroundService[] = [];
