@@ -27,8 +27,12 @@ interface Locals {
 
 const locals = (res: Response) => res.locals as Locals;
 
+/**
+ * The client's address: the peer, or behind a trusted reverse proxy (TRUSTED_PROXIES, Express's
+ * `trust proxy`) the nearest address in X-Forwarded-For that is not a trusted proxy.
+ */
 export function clientIp(req: Request): string | null {
-  const addr = req.socket.remoteAddress ?? null;
+  const addr = req.ip ?? req.socket.remoteAddress ?? null;
   return addr?.startsWith('::ffff:') ? addr.slice(7) : addr;
 }
 
@@ -127,6 +131,8 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  // X-Forwarded-For is believed only from the configured reverse proxies; by default from nobody.
+  app.set('trust proxy', deps.config.TRUSTED_PROXIES.length > 0 ? deps.config.TRUSTED_PROXIES : false);
   // `/V1/services` is not `/v1/services`: no handler runs for a path the route table does not name.
   app.set('case sensitive routing', true);
 

@@ -5,6 +5,7 @@ import { createDb, type Db } from '../db/knex';
 import { AuditWriter } from '../domain/audit';
 import { CredentialResolver } from '../domain/credentials';
 import { loadKeyring } from '../domain/instance';
+import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
 import { RateLimiter } from '../domain/rate-limit';
 import { TemporalGateway } from '../domain/temporal';
@@ -46,6 +47,11 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
       },
       config.RATE_LIMIT_WINDOW,
     ),
+    loginThrottle: new LoginThrottle(db, {
+      perEmail: config.LOGIN_MAX_ATTEMPTS_PER_EMAIL,
+      perIp: config.LOGIN_MAX_ATTEMPTS_PER_IP,
+      windowMs: config.LOGIN_THROTTLE_WINDOW,
+    }),
     operations: new OperationService(db, temporal, {
       cacheTtlMs: config.OPERATION_CACHE_TTL,
       queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { parseDuration, parseDurationList } from './duration';
 
@@ -26,6 +27,16 @@ const flagDefault = (fallback: '0' | '1') =>
 const flag = flagDefault('0');
 
 const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
+
+function isTrustedProxyEntry(entry: string): boolean {
+  if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) return true;
+  const [address, prefix, extra] = entry.split('/');
+  const family = isIP(address);
+  if (!family || extra !== undefined) return false;
+  if (prefix === undefined) return true;
+  const bits = Number(prefix);
+  return /^\d+$/.test(prefix) && bits >= 0 && bits <= (family === 4 ? 32 : 128);
+}
 
 export const configSchema = z
   .object({
@@ -95,6 +106,29 @@ export const configSchema = z
     RATE_LIMIT_MUTATIONS_PER_KEY: positiveInt(120),
     RATE_LIMIT_MUTATIONS_PER_ACCOUNT: positiveInt(240),
     RATE_LIMIT_WINDOW: duration('60s'),
+    /** Sign-in attempts allowed per email address, and per client IP, in one LOGIN_THROTTLE_WINDOW (all API processes together). */
+    LOGIN_MAX_ATTEMPTS_PER_EMAIL: positiveInt(10),
+    LOGIN_MAX_ATTEMPTS_PER_IP: positiveInt(50),
+    LOGIN_THROTTLE_WINDOW: duration('15m'),
+    /** How often the worker deletes records whose time is up (ended throttle windows, expired idempotency keys). */
+    RETENTION_SWEEP_INTERVAL: duration('60s'),
+    /**
+     * Reverse proxies whose X-Forwarded-For is believed (the client IP of rate limits, sign-in
+     * throttling, the audit log and the loopback check of /_dev): addresses, CIDR ranges, or
+     * `loopback`, `linklocal`, `uniquelocal`. Empty: the peer address is the client.
+     */
+    TRUSTED_PROXIES: z
+      .string()
+      .default('')
+      .transform((value, ctx) => {
+        const entries = value.split(',').map((p) => p.trim()).filter(Boolean);
+        const bad = entries.filter((e) => !isTrustedProxyEntry(e));
+        if (bad.length) {
+          ctx.addIssue({ code: 'custom', message: `not an address, CIDR range, loopback, linklocal or uniquelocal: ${bad.join(', ')}` });
+          return z.NEVER;
+        }
+        return entries;
+      }),
     AUDIT_FLUSH_INTERVAL: duration('200ms'),
     /** Audit entries held in memory while PostgreSQL does not answer; past it new entries are dropped (and logged). */
     AUDIT_QUEUE_MAX: positiveInt(50_000),

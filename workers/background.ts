@@ -2,6 +2,7 @@ import type { ActivityDeps } from '../activities';
 import { EventDispatcher } from '../domain/webhooks/dispatcher';
 import { simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
+import { RetentionSweeper } from './retention-sweeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -19,6 +20,8 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     new EventDispatcher(deps),
     // Terminated services: a teardown workflow each, until their resources are gone.
     new TeardownSweeper(deps),
+    // Records whose time is up: ended sign-in throttle windows, expired idempotency keys.
+    new RetentionSweeper(deps),
     // What simulated backends do on their own (billing carries out due cancellations).
     ...simulatorLoops(deps.providers, deps),
   ];

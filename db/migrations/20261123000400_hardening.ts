@@ -5,7 +5,9 @@ import type { Knex } from 'knex';
  * - `events.service_id`: the service an event concerns, so that credentials narrowed to some
  *   services do not read other services' events in webhook delivery records;
  * - an order's operation takes the service the order created (`operations.service_id`), so its
- *   visibility follows that service's like every other operation's.
+ *   visibility follows that service's like every other operation's;
+ * - `login_throttle`: sign-in attempts per email and per client IP in a fixed window, shared by
+ *   every API process.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.alterTable('events', (t) => {
@@ -22,9 +24,17 @@ export async function up(knex: Knex): Promise<void> {
     update events e set service_id = o.service_id
       from operations o
      where e.type = 'operation.completed' and o.id = e.data->>'id' and o.service_id is not null`);
+
+  await knex.schema.createTable('login_throttle', (t) => {
+    t.text('bucket').primary(); // email:<sha256 of the lower-case address> | ip:<address>
+    t.integer('attempts').notNullable();
+    t.timestamp('window_started_at', { useTz: true }).notNullable();
+    t.index(['window_started_at']);
+  });
 }
 
 export async function down(knex: Knex): Promise<void> {
+  await knex.schema.dropTableIfExists('login_throttle');
   await knex.schema.alterTable('events', (t) => {
     t.dropColumn('service_id');
   });
