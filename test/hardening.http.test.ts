@@ -129,3 +129,24 @@ describe('rate-limit tiers', () => {
     }
   });
 });
+
+describe('password hashing', () => {
+  it('uses scrypt at the OWASP minimum (N=2^17, r=8, p=1) and upgrades older hashes at sign-in', async () => {
+    const { hashPassword, verifyPassword } = await import('../common/crypto');
+    const fresh = await hashPassword('a long enough passphrase');
+    expect(fresh.split('$').slice(0, 4)).toEqual(['scrypt', '131072', '8', '1']);
+    expect(await verifyPassword('a long enough passphrase', fresh)).toBe(true);
+    // A hash stored with the earlier parameters still verifies, and is replaced at the next sign-in.
+    const { scryptSync, randomBytes } = await import('node:crypto');
+    const salt = randomBytes(16);
+    const key = scryptSync('old but valid password', salt, 32, { N: 32768, r: 8, p: 1, maxmem: 64 * 1024 * 1024 });
+    const old = `scrypt$32768$8$1$${salt.toString('base64')}$${key.toString('base64')}`;
+    const user = await createUser(stack.db, stack.owner.accountId, { scopes: ['services:read'] });
+    await stack.db('users').where({ id: user.userId }).update({ password_hash: old });
+    const res = await stack.http.post('/v1/sessions', { body: { email: user.email, password: 'old but valid password' } });
+    expect(res.status, res.text).toBe(201);
+    const stored = (await stack.db('users').where({ id: user.userId }).first()).password_hash as string;
+    expect(stored.split('$').slice(0, 4)).toEqual(['scrypt', '131072', '8', '1']);
+    expect(await verifyPassword('old but valid password', stored)).toBe(true);
+  });
+});

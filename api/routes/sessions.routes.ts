@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { formatId } from '../../common/ids';
-import { hashPassword, sha256Hex, verifyPassword } from '../../common/crypto';
+import { hashPassword, needsRehash, sha256Hex, verifyPassword } from '../../common/crypto';
 import { newSessionToken } from '../../domain/credentials';
 import { ApiError } from '../errors';
 import { defineRoute } from '../route';
@@ -47,6 +47,8 @@ export const sessionRoutes = [
       const ok = await verifyPassword(body.password, user?.password_hash ?? (await dummyHash));
       if (!user || !ok) throw invalidCredentials();
       await deps.loginThrottle.succeeded(body.email, ip);
+      // A hash made with older (weaker) parameters is replaced while the password is at hand.
+      if (needsRehash(user.password_hash)) await deps.db('users').where({ id: user.id }).update({ password_hash: await hashPassword(body.password) });
       const token = newSessionToken();
       const expiresAt = new Date(Date.now() + deps.config.SESSION_TTL);
       await deps.db('sessions').insert({ token_hash: sha256Hex(token), user_id: user.id, account_id: user.account_id, expires_at: expiresAt });
