@@ -29,6 +29,11 @@ async function deliveryOf(status: (n: number) => number): Promise<string> {
 
 async function record(name: string, deliveryId: string, outcome: string): Promise<void> {
   const handle = stack.temporal!.client.workflow.getHandle(deliveryId);
+  // The row is written by the API; the dispatcher starts its workflow a moment later.
+  await waitFor(
+    () => handle.describe().then(() => true, () => false),
+    (started) => started,
+  );
   expect(await handle.result()).toBe(outcome);
   recorded[name] = { workflowId: deliveryId, workflowType: 'webhookDeliveryWorkflow', history: await handle.fetchHistory() };
 }
