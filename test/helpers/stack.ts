@@ -24,6 +24,9 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** Collect every log line of the API and the worker here (at LOG_LEVEL, `trace` to see all). */
   logLines?: string[];
+  /** Test-only activities registered on the worker beside the real ones. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  extraActivities?: Record<string, (...args: any[]) => Promise<unknown>>;
 }
 
 export interface Stack {
@@ -99,6 +102,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       temporalClient: temporal.client,
       taskQueue,
       workflowBundle: workflowBundle(),
+      extraActivities: options.extraActivities,
     }));
     for (const service of background) await service.start();
     running = worker!.run();
