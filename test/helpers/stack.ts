@@ -25,7 +25,6 @@ export interface StackOptions {
   /** Collect every log line of the API and the worker here (at LOG_LEVEL, `trace` to see all). */
   logLines?: string[];
   /** Test-only activities registered on the worker beside the real ones. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   extraActivities?: Record<string, (...args: any[]) => Promise<unknown>>;
 }
 
