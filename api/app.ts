@@ -250,7 +250,7 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
     }
     if (idempotencyKey !== undefined && !route.returnsSecret) {
       result = await runIdempotent(
-        deps.db,
+        { db: deps.db, keyring: deps.keyring, abandonAfterMs: deps.config.IDEMPOTENCY_ABANDON_AFTER },
         { accountId: principal.accountId, key: idempotencyKey, method: req.method, path: req.path, body: req.body ?? null },
         run,
       );

@@ -110,6 +110,11 @@ export const configSchema = z
     LOGIN_MAX_ATTEMPTS_PER_EMAIL: positiveInt(10),
     LOGIN_MAX_ATTEMPTS_PER_IP: positiveInt(50),
     LOGIN_THROTTLE_WINDOW: duration('15m'),
+    /**
+     * A request holding its Idempotency-Key longer than this is taken to have died with its process: a
+     * retry answers with the operation it created, or runs it when it created none. Longer than any request.
+     */
+    IDEMPOTENCY_ABANDON_AFTER: duration('60s'),
     /** How often the worker deletes records whose time is up (ended throttle windows, expired idempotency keys). */
     RETENTION_SWEEP_INTERVAL: duration('60s'),
     /**

@@ -6,6 +6,7 @@ import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
 import { lockActionable } from './services';
+import { bindOperationToIdempotencyKey } from './idempotency';
 import type { Logger } from '../common/logger';
 import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/kit/operation';
 import type * as Workflows from '../workflows';
@@ -130,6 +131,7 @@ export class OperationService {
         })
         .returning('*');
       if (input.serviceId) await lockActionable(trx, input.serviceId, `a ${input.type} operation`);
+      await bindOperationToIdempotencyKey(trx, id);
       if (input.inTransaction) await input.inTransaction(trx, id);
       return inserted as OperationRow;
     });
@@ -186,6 +188,7 @@ export class OperationService {
           completed_at: trx.fn.now(),
         })
         .returning('*');
+      await bindOperationToIdempotencyKey(trx, row.id);
       const view = presentOperation(row);
       await emitEvent(trx, { accountId: row.account_id, type: 'operation.completed', data: view, serviceId: row.service_id });
       return view;

@@ -1,12 +1,13 @@
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
+import { sweepExpiredIdempotencyKeys } from '../domain/idempotency';
 import { LoginThrottle } from '../domain/login-throttle';
 import type { BackgroundService } from './background';
 
 /**
- * Deletes records whose time is up, every RETENTION_SWEEP_INTERVAL: sign-in throttle windows that
- * have ended. Each pass deletes in bounded batches; a failed pass is retried by the next one.
+ * Deletes records whose time is up, every RETENTION_SWEEP_INTERVAL: idempotency keys past their
+ * 24 hours and sign-in throttle windows that have ended. Each pass deletes in bounded batches; a failed pass is retried by the next one.
  */
 export class RetentionSweeper implements BackgroundService {
   readonly name = 'retention-sweeper';
@@ -35,12 +36,12 @@ export class RetentionSweeper implements BackgroundService {
     await this.running;
   }
 
-  async sweep(): Promise<{ loginThrottle: number }> {
+  async sweep(): Promise<{ idempotencyKeys: number; loginThrottle: number }> {
     try {
-      return { loginThrottle: await this.throttle.sweep() };
+      return { idempotencyKeys: await sweepExpiredIdempotencyKeys(this.deps.db), loginThrottle: await this.throttle.sweep() };
     } catch (err) {
       this.deps.logger.warn({ err: (err as Error).message }, 'retention sweep failed; next pass retries');
-      return { loginThrottle: 0 };
+      return { idempotencyKeys: 0, loginThrottle: 0 };
     }
   }
 }

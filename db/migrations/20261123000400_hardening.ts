@@ -7,7 +7,9 @@ import type { Knex } from 'knex';
  * - an order's operation takes the service the order created (`operations.service_id`), so its
  *   visibility follows that service's like every other operation's;
  * - `login_throttle`: sign-in attempts per email and per client IP in a fixed window, shared by
- *   every API process.
+ *   every API process;
+ * - idempotency keys: the attempt that holds a record (`owner_token`, `locked_at`), for safe
+ *   takeovers, and the operation its request created (`operation_id`), so a retry returns it.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.alterTable('events', (t) => {
@@ -31,9 +33,21 @@ export async function up(knex: Knex): Promise<void> {
     t.timestamp('window_started_at', { useTz: true }).notNullable();
     t.index(['window_started_at']);
   });
+
+  await knex.schema.alterTable('idempotency_keys', (t) => {
+    t.text('owner_token').notNullable().defaultTo(knex.raw('gen_random_uuid()::text'));
+    t.timestamp('locked_at', { useTz: true }).notNullable().defaultTo(knex.fn.now());
+    t.text('operation_id').references('operations.id').onDelete('SET NULL');
+  });
+  await knex.raw('update idempotency_keys set locked_at = created_at');
 }
 
 export async function down(knex: Knex): Promise<void> {
+  await knex.schema.alterTable('idempotency_keys', (t) => {
+    t.dropColumn('operation_id');
+    t.dropColumn('locked_at');
+    t.dropColumn('owner_token');
+  });
   await knex.schema.dropTableIfExists('login_throttle');
   await knex.schema.alterTable('events', (t) => {
     t.dropColumn('service_id');
