@@ -55,6 +55,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
     operations: new OperationService(db, temporal, {
       cacheTtlMs: config.OPERATION_CACHE_TTL,
       queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
+      startTimeoutMs: config.OPERATION_START_TIMEOUT,
       logger,
     }),
   };
@@ -65,6 +66,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
   /** Drains the audit queue; closes what this function opened. */
   async function close(): Promise<void> {
     await deps.audit.close();
+    await deps.operations.drain();
     if (!options.temporalClient) await temporal.close();
     if (!options.db) await db.destroy();
   }

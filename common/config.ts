@@ -88,6 +88,12 @@ export const configSchema = z
     /** PEM file of extra CA certificates trusted for webhook deliveries (beside the system roots); tests use it for a TLS receiver. */
     WEBHOOK_EXTRA_CA_FILE: z.string().optional(),
     OPERATION_CACHE_TTL: duration('2s'),
+    /** How long an asynchronous POST waits for Temporal to take its workflow before answering 503 (and taking its operation back). */
+    OPERATION_START_TIMEOUT: duration('5s'),
+    /** An operation with no sign of its workflow this long after it was created is checked by the orphan sweeper. */
+    OPERATION_ORPHAN_AFTER: duration('30s'),
+    /** How often the worker's orphan sweeper looks for operations whose workflow does not exist. */
+    OPERATION_ORPHAN_SWEEP_INTERVAL: duration('10s'),
     /** How long GET /v1/operations/{id} waits for a workflow query before answering from PostgreSQL. */
     OPERATION_QUERY_TIMEOUT: duration('1500ms'),
     SESSION_TTL: duration('12h'),

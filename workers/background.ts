@@ -3,6 +3,7 @@ import { EventDispatcher } from '../domain/webhooks/dispatcher';
 import { simulatorLoops } from '../providers';
 import { TeardownSweeper } from './teardown-sweeper';
 import { RetentionSweeper } from './retention-sweeper';
+import { OrphanOperationSweeper } from './orphan-operation-sweeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -22,6 +23,8 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     new TeardownSweeper(deps),
     // Records whose time is up: ended sign-in throttle windows, expired idempotency keys.
     new RetentionSweeper(deps),
+    // Operations whose workflow does not exist: failed, with what their request claimed released.
+    new OrphanOperationSweeper(deps),
     // What simulated backends do on their own (billing carries out due cancellations).
     ...simulatorLoops(deps.providers, deps),
   ];

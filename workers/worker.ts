@@ -47,6 +47,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   const operations = new OperationService(db, temporal, {
     cacheTtlMs: config.OPERATION_CACHE_TTL,
     queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
+    startTimeoutMs: config.OPERATION_START_TIMEOUT,
     logger,
   });
   // Deliveries run here: the control plane's own local services stay out of their reach.

@@ -9,7 +9,9 @@ import type { Knex } from 'knex';
  * - `login_throttle`: sign-in attempts per email and per client IP in a fixed window, shared by
  *   every API process;
  * - idempotency keys: the attempt that holds a record (`owner_token`, `locked_at`), for safe
- *   takeovers, and the operation its request created (`operation_id`), so a retry returns it.
+ *   takeovers, and the operation its request created (`operation_id`), so a retry returns it;
+ * - `operations.workflow_seen_at`: when the operation's workflow was first seen (a transition, or the
+ *   orphan sweeper finding it); unfinished rows without it are what the orphan sweeper checks.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.alterTable('events', (t) => {
@@ -40,9 +42,19 @@ export async function up(knex: Knex): Promise<void> {
     t.text('operation_id').references('operations.id').onDelete('SET NULL');
   });
   await knex.raw('update idempotency_keys set locked_at = created_at');
+
+  await knex.schema.alterTable('operations', (t) => {
+    t.timestamp('workflow_seen_at', { useTz: true });
+  });
+  await knex.raw(`update operations set workflow_seen_at = updated_at where status in ('succeeded', 'failed') or progress is not null`);
+  await knex.raw(`create index operations_unconfirmed on operations (created_at) where workflow_seen_at is null and status in ('pending', 'running')`);
 }
 
 export async function down(knex: Knex): Promise<void> {
+  await knex.raw('drop index if exists operations_unconfirmed');
+  await knex.schema.alterTable('operations', (t) => {
+    t.dropColumn('workflow_seen_at');
+  });
   await knex.schema.alterTable('idempotency_keys', (t) => {
     t.dropColumn('operation_id');
     t.dropColumn('locked_at');

@@ -197,3 +197,16 @@ export function validateOptions(
   }
   return { options, errors };
 }
+
+/**
+ * Voids the order an `orders.create` operation recorded when that operation is closed because no
+ * workflow ever ran it (the orphan sweeper): an order still pending with no invoice is cancelled
+ * and gives its promo code use back. Billing never saw it (the workflow issues the invoice).
+ */
+export async function voidOrderOfAbandonedOperation(trx: Knex.Transaction, operationId: string): Promise<void> {
+  const order = await trx('orders').where({ operation_id: operationId }).forUpdate().first();
+  if (!order || order.status !== 'pending') return;
+  if (await trx('invoices').where({ order_id: order.id }).first()) return;
+  await trx('orders').where({ id: order.id }).update({ status: 'cancelled', cancelled_at: trx.fn.now(), updated_at: trx.fn.now() });
+  if (order.promo_code) await trx('promo_codes').where({ code: order.promo_code }).where('uses', '>', 0).decrement('uses', 1);
+}
