@@ -5,7 +5,8 @@ import { runIdempotent } from '../domain/idempotency';
 import type { Principal } from '../domain/principal';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import type { AppDeps } from './deps';
-import { ApiError, backendUnavailable, conflict, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
+import { ApiError, backendUnavailable, conflict, databaseUnavailable, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
+import { isDatabaseUnavailable } from '../db/errors';
 import { isMutation, toExpressPath, type AnyRoute } from './route';
 
 const BODY_LIMIT = '1mb';
@@ -173,7 +174,9 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
   });
 
   app.use(async (err: unknown, req: Request, res: Response, _next: NextFunction) => {
-    const apiError = toApiError(err, deps, req);
+    let apiError = toApiError(err, deps, req);
+    // An unexpected failure while PostgreSQL does not answer is the outage, however it surfaced.
+    if (apiError.status === 500 && !(await databaseAnswers(deps))) apiError = databaseUnavailable();
     locals(res).errorCode = apiError.code;
     await attributeToCredential(deps, req, res);
     if (res.headersSent) return res.end();
@@ -207,6 +210,9 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
     try {
       principal = await deps.credentials.authenticate(req.headers.authorization);
     } catch (err) {
+      // For the audit log only, never to authorise: the credential as this process last knew it,
+      // when the database cannot say now. The request still fails (503).
+      if (isDatabaseUnavailable(err)) l.principal = deps.credentials.lastKnown(req.headers.authorization) ?? undefined;
       applyRateLimit(deps, res, `ip:${clientIp(req)}`, null, null, isMutation(route.method));
       throw err;
     }
@@ -290,6 +296,10 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   if (err instanceof BackendUnavailableError) return backendUnavailable(err.backend);
   if (err instanceof BackendRefusedError) return err.param ? validationFailed([{ param: err.param, message: err.message }]) : conflict(err.message);
   if (err instanceof BackendGoneError) return conflict(err.message);
+  if (isDatabaseUnavailable(err)) {
+    deps.logger.warn({ err: (err as Error).message, method: req.method, path: req.path }, 'database unavailable');
+    return databaseUnavailable();
+  }
   // The router could not percent-decode a path parameter (e.g. a backup id encoded by hand).
   if (err instanceof URIError && (err as { status?: number }).status === 400) {
     return validationFailed([{ param: 'path', message: 'a path segment is not valid percent-encoding; encode each parameter with encodeURIComponent' }]);
@@ -321,7 +331,19 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
 async function attributeToCredential(deps: AppDeps, req: Request, res: Response): Promise<void> {
   const l = locals(res);
   if (l.principal || !req.headers.authorization || !isAuditedPath(req.path)) return;
-  l.principal = (await deps.credentials.authenticate(req.headers.authorization).catch(() => undefined)) ?? undefined;
+  l.principal =
+    (await deps.credentials.authenticate(req.headers.authorization).catch(() => undefined)) ?? deps.credentials.lastKnown(req.headers.authorization) ?? undefined;
+}
+
+/** Whether PostgreSQL answers a trivial query within half a second. */
+async function databaseAnswers(deps: AppDeps): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 500)));
+  try {
+    return await Promise.race([deps.db.raw('select 1').then(() => true, () => false), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {

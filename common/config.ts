@@ -49,6 +49,8 @@ export const configSchema = z
     TEMPORAL_NAMESPACE: z.string().default('default'),
     TEMPORAL_TASK_QUEUE: z.string().default('cloud-control-plane'),
     TEMPORAL_UI_URL: z.string().default('http://127.0.0.1:8233'),
+    /** A workflow bundle built beforehand (bundleWorkflowCode); without it the worker bundles workflows/ at start. */
+    WORKFLOW_BUNDLE_PATH: z.string().optional(),
     /** Register and set the custom search attributes (CloudOperationType, ...). Off for servers without them. */
     TEMPORAL_SEARCH_ATTRIBUTES: flagDefault('1'),
     /** 32+ byte secret (hex or base64) that signs cursors and encrypts secrets at rest. Required in production. */
