@@ -150,7 +150,9 @@ async function main() {
 
   const passwordNote = process.env.DEMO_OWNER_PASSWORD ? '(from DEMO_OWNER_PASSWORD)' : '(generated, kept in .data/demo-credentials.json)';
   console.log(`
-  Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.
+  Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.${
+    seeded.resetPasswords.length ? `\n  Demo passwords of ${seeded.resetPasswords.join(', ')} were reset to the ones below.` : ''
+  }
 
   API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
   Temporal UI  ${config.TEMPORAL_UI_URL}
