@@ -6,7 +6,7 @@
 # The sources run under tsx (its loader, in the node process itself: signals reach the process that
 # handles them, and SIGTERM drains the audit log / shuts the worker down cleanly).
 
-ARG NODE_IMAGE=node:20-slim
+ARG NODE_IMAGE=node:24-slim
 
 # --- 1. production dependencies, from the lockfile ------------------------------------------------
 FROM ${NODE_IMAGE} AS deps

@@ -13,7 +13,9 @@ import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '
  */
 export function toActivityFailure(err: unknown): unknown {
   if (err instanceof BackendRefusedError || err instanceof BackendGoneError) {
-    return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: true, details: [{ backend: err.backend }] });
+    // The message is written for customers (providers/errors.ts) and reaches the operation's error with the stable code.
+    const code = err instanceof BackendRefusedError ? err.code : 'gone';
+    return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: true, details: [{ backend: err.backend, code }] });
   }
   if (err instanceof BackendUnavailableError) {
     return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: false, details: [{ backend: err.backend }] });

@@ -1,12 +1,22 @@
-import type { OperationService } from '../domain/operations';
+import { ApplicationFailure } from '@temporalio/activity';
+import { OperationGone, type OperationService } from '../domain/operations';
 import type { OperationTransition } from '../workflows/kit/operation';
 
 /** Activities every operation workflow uses to persist its state. */
 export function createOperationActivities({ operations }: { operations: OperationService }) {
   return {
-    /** Persists one transition of an operation (idempotent; emits operation.completed once). */
+    /**
+     * Persists one transition of an operation (idempotent; emits operation.completed once). An
+     * operation that is not there for this run (OperationGone) fails the activity for good, so the
+     * workflow stops before its first step acts.
+     */
     async recordOperationTransition(transition: OperationTransition): Promise<void> {
-      await operations.recordTransition(transition);
+      try {
+        await operations.recordTransition(transition);
+      } catch (err) {
+        if (err instanceof OperationGone) throw ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: true });
+        throw err;
+      }
     },
   };
 }

@@ -5,13 +5,19 @@ import { runIdempotent } from '../domain/idempotency';
 import type { Principal } from '../domain/principal';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import type { AppDeps } from './deps';
-import { ApiError, backendUnavailable, conflict, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
+import { ApiError, backendUnavailable, conflict, databaseUnavailable, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
+import { isDatabaseUnavailable } from '../db/errors';
 import { isMutation, toExpressPath, type AnyRoute, type ResponseSpec } from './route';
 import { mountReferencePage } from './reference-page';
 import { mountMcp } from '../mcp/http';
 import { version as packageVersion } from '../package.json';
 
 const BODY_LIMIT = '1mb';
+/**
+ * JSON bodies nested deeper than this are refused before parsing: every walk over a body (the NUL
+ * check, zod, the idempotency fingerprint) is recursive, and no request of this API needs more.
+ */
+export const MAX_JSON_DEPTH = 64;
 const IDEMPOTENCY_KEY_MAX = 255;
 
 interface Locals {
@@ -25,8 +31,12 @@ interface Locals {
 
 const locals = (res: Response) => res.locals as Locals;
 
+/**
+ * The client's address: the peer, or behind a trusted reverse proxy (TRUSTED_PROXIES, Express's
+ * `trust proxy`) the nearest address in X-Forwarded-For that is not a trusted proxy.
+ */
 export function clientIp(req: Request): string | null {
-  const addr = req.socket.remoteAddress ?? null;
+  const addr = req.ip ?? req.socket.remoteAddress ?? null;
   return addr?.startsWith('::ffff:') ? addr.slice(7) : addr;
 }
 
@@ -46,6 +56,22 @@ export function zodToApiError(error: z.ZodError, prefix?: string): ApiError {
     message: issue.message,
   }));
   return validationFailed(errors);
+}
+
+/** Scans raw JSON for its bracket depth (outside strings) without parsing it. */
+function checkJsonDepth(buf: Buffer): void {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i];
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > MAX_JSON_DEPTH) throw Object.assign(new Error('JSON nested too deeply'), { type: 'entity.too.deep' });
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
 }
 
 /**
@@ -75,6 +101,22 @@ function parsePart<T extends z.ZodType | undefined>(schema: T, value: unknown, p
   return parsed.data;
 }
 
+/**
+ * Whether a request is under /v1 and so audited. Routing is case-sensitive and exact, but the audit
+ * looks at what a client may have meant: any case, percent-encoded letters, doubled slashes. So a
+ * `/V1/...` or `//v1/...` probe, which runs no handler, is still on record.
+ */
+export function isAuditedPath(path: string): boolean {
+  let decoded = path;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    // Not valid percent-encoding: judge the raw path.
+  }
+  const normalised = decoded.replace(/\/+/g, '/').toLowerCase();
+  return normalised === '/v1' || normalised.startsWith('/v1/');
+}
+
 /** `/v1/x/{id}` -> a RegExp for the 405 check. */
 function pathMatcher(path: string): RegExp {
   const pattern = path
@@ -93,13 +135,17 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  // X-Forwarded-For is believed only from the configured reverse proxies; by default from nobody.
+  app.set('trust proxy', deps.config.TRUSTED_PROXIES.length > 0 ? deps.config.TRUSTED_PROXIES : false);
+  // `/V1/services` is not `/v1/services`: no handler runs for a path the route table does not name.
+  app.set('case sensitive routing', true);
 
   app.use((req, res, next) => {
     const requestId = newUlidId('req');
     res.locals.requestId = requestId;
     res.locals.startedAt = process.hrtime.bigint();
     res.setHeader('X-Request-Id', requestId);
-    if (req.path.startsWith('/v1/') || req.path === '/v1') recordAuditOnFinish(deps, req, res);
+    if (isAuditedPath(req.path)) recordAuditOnFinish(deps, req, res);
     next();
   });
 
@@ -112,7 +158,7 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
     }
     return next();
   });
-  app.use(express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'] }));
+  app.use(express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'], verify: (_req, _res, buf) => checkJsonDepth(buf) }));
 
   for (const route of routes) {
     app[route.method](toExpressPath(route.path), (req, res, next) => {
@@ -134,9 +180,12 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
     return next(new ApiError(404, 'invalid_request_error', 'route_not_found', `No route ${req.method} ${req.path}.`));
   });
 
-  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
-    const apiError = toApiError(err, deps, req);
+  app.use(async (err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    let apiError = toApiError(err, deps, req);
+    // An unexpected failure while PostgreSQL does not answer is the outage, however it surfaced.
+    if (apiError.status === 500 && !(await databaseAnswers(deps))) apiError = databaseUnavailable();
     locals(res).errorCode = apiError.code;
+    await attributeToCredential(deps, req, res);
     if (res.headersSent) return res.end();
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
     res.status(apiError.status).json({
@@ -168,6 +217,9 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
     try {
       principal = await deps.credentials.authenticate(req.headers.authorization);
     } catch (err) {
+      // For the audit log only, never to authorise: the credential as this process last knew it,
+      // when the database cannot say now. The request still fails (503).
+      if (isDatabaseUnavailable(err)) l.principal = deps.credentials.lastKnown(req.headers.authorization) ?? undefined;
       applyRateLimit(deps, res, `ip:${clientIp(req)}`, null, null, isMutation(route.method));
       throw err;
     }
@@ -179,7 +231,8 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
       res,
       principal ? principal.credentialId : `ip:${clientIp(req)}`,
       principal ? String(principal.accountId) : null,
-      principal?.rateLimitTier ?? null,
+      // A tier above standard counts only on an owner's key (one made by someone else before that rule is standard).
+      principal?.isOwner ? principal.rateLimitTier : null,
       isMutation(route.method),
     );
   }
@@ -210,7 +263,7 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
     }
     if (idempotencyKey !== undefined && !route.returnsSecret) {
       result = await runIdempotent(
-        deps.db,
+        { db: deps.db, keyring: deps.keyring, abandonAfterMs: deps.config.IDEMPOTENCY_ABANDON_AFTER },
         { accountId: principal.accountId, key: idempotencyKey, method: req.method, path: req.path, body: req.body ?? null },
         run,
       );
@@ -251,6 +304,10 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   if (err instanceof BackendUnavailableError) return backendUnavailable(err.backend);
   if (err instanceof BackendRefusedError) return err.param ? validationFailed([{ param: err.param, message: err.message }]) : conflict(err.message);
   if (err instanceof BackendGoneError) return conflict(err.message);
+  if (isDatabaseUnavailable(err)) {
+    deps.logger.warn({ err: (err as Error).message, method: req.method, path: req.path }, 'database unavailable');
+    return databaseUnavailable();
+  }
   // The router could not percent-decode a path parameter (e.g. a backup id encoded by hand).
   if (err instanceof URIError && (err as { status?: number }).status === 400) {
     return validationFailed([{ param: 'path', message: 'a path segment is not valid percent-encoding; encode each parameter with encodeURIComponent' }]);
@@ -259,6 +316,8 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   switch (bodyErr?.type) {
     case 'entity.too.large':
       return new ApiError(413, 'invalid_request_error', 'payload_too_large', `Request bodies are limited to ${BODY_LIMIT}.`);
+    case 'entity.too.deep':
+      return validationFailed([{ param: 'body', message: `is nested more than ${MAX_JSON_DEPTH} levels deep` }]);
     case 'entity.parse.failed':
       return new ApiError(400, 'invalid_request_error', 'invalid_json', 'The request body is not valid JSON (an object or array is expected).');
     case 'encoding.unsupported':
@@ -270,6 +329,29 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
   }
   deps.logger.error({ err, method: req.method, path: req.path }, 'unhandled error');
   return new ApiError(500, 'api_error', 'internal_error', 'Something went wrong on our side. The request id identifies it for support.');
+}
+
+/**
+ * A request refused before authentication (malformed JSON, a body too large, an unknown route or
+ * method, a wrong media type) but sent with a valid credential is recorded under that credential's
+ * account, so the account sees it in its audit log. Only for attribution: nothing is authorised here.
+ */
+async function attributeToCredential(deps: AppDeps, req: Request, res: Response): Promise<void> {
+  const l = locals(res);
+  if (l.principal || !req.headers.authorization || !isAuditedPath(req.path)) return;
+  l.principal =
+    (await deps.credentials.authenticate(req.headers.authorization).catch(() => undefined)) ?? deps.credentials.lastKnown(req.headers.authorization) ?? undefined;
+}
+
+/** Whether PostgreSQL answers a trivial query within half a second. */
+async function databaseAnswers(deps: AppDeps): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 500)));
+  try {
+    return await Promise.race([deps.db.raw('select 1').then(() => true, () => false), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {

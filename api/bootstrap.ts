@@ -5,10 +5,12 @@ import { createDb, type Db } from '../db/knex';
 import { AuditWriter } from '../domain/audit';
 import { CredentialResolver } from '../domain/credentials';
 import { loadKeyring } from '../domain/instance';
+import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
 import { RateLimiter } from '../domain/rate-limit';
 import { TemporalGateway } from '../domain/temporal';
 import { createProviders } from '../providers';
+import { localServicePorts, protectLocalPorts } from '../domain/webhooks/targets';
 import { createApp } from './app';
 import type { AppDeps } from './deps';
 import { Cursors } from './pagination';
@@ -37,7 +39,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
     temporal,
     providers: createProviders({ db, config }),
     credentials: new CredentialResolver(db, config.CREDENTIAL_CACHE_TTL),
-    audit: new AuditWriter(db, logger, config.AUDIT_FLUSH_INTERVAL),
+    audit: new AuditWriter(db, logger, config.AUDIT_FLUSH_INTERVAL, 500, config.AUDIT_QUEUE_MAX),
     rateLimiter: new RateLimiter(
       {
         default: { per_key: config.RATE_LIMIT_DEFAULT_PER_KEY, per_account: config.RATE_LIMIT_DEFAULT_PER_ACCOUNT },
@@ -45,18 +47,26 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
       },
       config.RATE_LIMIT_WINDOW,
     ),
+    loginThrottle: new LoginThrottle(db, {
+      perEmail: config.LOGIN_MAX_ATTEMPTS_PER_EMAIL,
+      perIp: config.LOGIN_MAX_ATTEMPTS_PER_IP,
+      windowMs: config.LOGIN_THROTTLE_WINDOW,
+    }),
     operations: new OperationService(db, temporal, {
       cacheTtlMs: config.OPERATION_CACHE_TTL,
       queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
+      startTimeoutMs: config.OPERATION_START_TIMEOUT,
       logger,
     }),
   };
+  protectLocalPorts(localServicePorts(config));
   const routes = buildRouteTable({ devEndpoints: config.CLOUD_DEV_ENDPOINTS });
   const app = createApp(deps, routes);
 
   /** Drains the audit queue; closes what this function opened. */
   async function close(): Promise<void> {
     await deps.audit.close();
+    await deps.operations.drain();
     if (!options.temporalClient) await temporal.close();
     if (!options.db) await db.destroy();
   }

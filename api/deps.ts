@@ -4,6 +4,7 @@ import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
 import type { AuditWriter } from '../domain/audit';
 import type { CredentialResolver } from '../domain/credentials';
+import type { LoginThrottle } from '../domain/login-throttle';
 import type { OperationService } from '../domain/operations';
 import type { RateLimiter } from '../domain/rate-limit';
 import type { TemporalGateway } from '../domain/temporal';
@@ -22,5 +23,6 @@ export interface AppDeps {
   credentials: CredentialResolver;
   audit: AuditWriter;
   rateLimiter: RateLimiter;
+  loginThrottle: LoginThrottle;
   operations: OperationService;
 }

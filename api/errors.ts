@@ -67,4 +67,8 @@ export const unsupportedForProduct = (capability: string) =>
 export const backendUnavailable = (family: string) =>
   new ApiError(503, 'api_error', 'backend_unavailable', `The ${family} backend is not answering; try again shortly.`);
 
+/** PostgreSQL, which every answer of the API needs, is not answering. */
+export const databaseUnavailable = () =>
+  new ApiError(503, 'api_error', 'backend_unavailable', "The control plane's database is not answering; try again shortly.");
+
 export const quotaExceeded = (message: string) => new ApiError(429, 'rate_limit_error', 'quota_exceeded', message);

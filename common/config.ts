@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { parseDuration, parseDurationList } from './duration';
 
@@ -27,6 +28,16 @@ const flag = flagDefault('0');
 
 const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 
+function isTrustedProxyEntry(entry: string): boolean {
+  if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) return true;
+  const [address, prefix, extra] = entry.split('/');
+  const family = isIP(address);
+  if (!family || extra !== undefined) return false;
+  if (prefix === undefined) return true;
+  const bits = Number(prefix);
+  return /^\d+$/.test(prefix) && bits >= 0 && bits <= (family === 4 ? 32 : 128);
+}
+
 export const configSchema = z
   .object({
     NODE_ENV: z.string().default('development'),
@@ -38,6 +49,8 @@ export const configSchema = z
     TEMPORAL_NAMESPACE: z.string().default('default'),
     TEMPORAL_TASK_QUEUE: z.string().default('cloud-control-plane'),
     TEMPORAL_UI_URL: z.string().default('http://127.0.0.1:8233'),
+    /** A workflow bundle built beforehand (bundleWorkflowCode); without it the worker bundles workflows/ at start. */
+    WORKFLOW_BUNDLE_PATH: z.string().optional(),
     /** Register and set the custom search attributes (CloudOperationType, ...). Off for servers without them. */
     TEMPORAL_SEARCH_ATTRIBUTES: flagDefault('1'),
     /** 32+ byte secret (hex or base64) that signs cursors and encrypts secrets at rest. Required in production. */
@@ -59,9 +72,30 @@ export const configSchema = z
     WEBHOOK_ALLOW_INSECURE_TARGETS: flag,
     /** How often the event dispatcher sweeps for undispatched events (beside LISTEN cloud_events). */
     WEBHOOK_SWEEP_INTERVAL: duration('5s'),
+    /**
+     * Extra loopback ports webhook targets may never reach (beside PORT, the Temporal frontend and UI
+     * ports): the local Temporal dev server's HTTP API and metrics ports (npm start sets them).
+     */
+    WEBHOOK_PROTECTED_PORTS: z
+      .string()
+      .default('')
+      .transform((value, ctx) => {
+        const ports = value.split(',').map((p) => p.trim()).filter(Boolean).map(Number);
+        if (ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) {
+          ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of ports (1-65535)' });
+          return z.NEVER;
+        }
+        return ports;
+      }),
     /** PEM file of extra CA certificates trusted for webhook deliveries (beside the system roots); tests use it for a TLS receiver. */
     WEBHOOK_EXTRA_CA_FILE: z.string().optional(),
     OPERATION_CACHE_TTL: duration('2s'),
+    /** How long an asynchronous POST waits for Temporal to take its workflow before answering 503 (and taking its operation back). */
+    OPERATION_START_TIMEOUT: duration('5s'),
+    /** An operation with no sign of its workflow this long after it was created is checked by the orphan sweeper. */
+    OPERATION_ORPHAN_AFTER: duration('30s'),
+    /** How often the worker's orphan sweeper looks for operations whose workflow does not exist. */
+    OPERATION_ORPHAN_SWEEP_INTERVAL: duration('10s'),
     /** How long GET /v1/operations/{id} waits for a workflow query before answering from PostgreSQL. */
     OPERATION_QUERY_TIMEOUT: duration('1500ms'),
     SESSION_TTL: duration('12h'),
@@ -119,7 +153,37 @@ export const configSchema = z
     RATE_LIMIT_MUTATIONS_PER_KEY: positiveInt(120),
     RATE_LIMIT_MUTATIONS_PER_ACCOUNT: positiveInt(240),
     RATE_LIMIT_WINDOW: duration('60s'),
+    /** Sign-in attempts allowed per email address, and per client IP, in one LOGIN_THROTTLE_WINDOW (all API processes together). */
+    LOGIN_MAX_ATTEMPTS_PER_EMAIL: positiveInt(10),
+    LOGIN_MAX_ATTEMPTS_PER_IP: positiveInt(50),
+    LOGIN_THROTTLE_WINDOW: duration('15m'),
+    /**
+     * A request holding its Idempotency-Key longer than this is taken to have died with its process: a
+     * retry answers with the operation it created, or runs it when it created none. Longer than any request.
+     */
+    IDEMPOTENCY_ABANDON_AFTER: duration('60s'),
+    /** How often the worker deletes records whose time is up (ended throttle windows, expired idempotency keys). */
+    RETENTION_SWEEP_INTERVAL: duration('60s'),
+    /**
+     * Reverse proxies whose X-Forwarded-For is believed (the client IP of rate limits, sign-in
+     * throttling, the audit log and the loopback check of /_dev): addresses, CIDR ranges, or
+     * `loopback`, `linklocal`, `uniquelocal`. Empty: the peer address is the client.
+     */
+    TRUSTED_PROXIES: z
+      .string()
+      .default('')
+      .transform((value, ctx) => {
+        const entries = value.split(',').map((p) => p.trim()).filter(Boolean);
+        const bad = entries.filter((e) => !isTrustedProxyEntry(e));
+        if (bad.length) {
+          ctx.addIssue({ code: 'custom', message: `not an address, CIDR range, loopback, linklocal or uniquelocal: ${bad.join(', ')}` });
+          return z.NEVER;
+        }
+        return entries;
+      }),
     AUDIT_FLUSH_INTERVAL: duration('200ms'),
+    /** Audit entries held in memory while PostgreSQL does not answer; past it new entries are dropped (and logged). */
+    AUDIT_QUEUE_MAX: positiveInt(50_000),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((cfg, ctx) => {

@@ -16,13 +16,24 @@ export function randomBase62(length: number): string {
   return out;
 }
 
-// scrypt: N=2^15, r=8, p=1 (about 30 ms on this machine), 16-byte salt, 32-byte key.
-const SCRYPT = { N: 32768, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
+/**
+ * scrypt at the OWASP Password Storage Cheat Sheet's minimum: N=2^17 (128 MiB), r=8, p=1; 16-byte
+ * salt, 32-byte key. Each hash holds 128 MiB for its duration, and at most the libuv thread pool's
+ * size (4) run at once. Stored hashes carry their parameters, so older ones still verify and are
+ * re-hashed at the next successful sign-in (needsRehash).
+ */
+export const SCRYPT = { N: 131072, r: 8, p: 1, maxmem: 256 * 1024 * 1024 };
 
 export async function hashPassword(password: string): Promise<string> {
   const salt = randomBytes(16);
   const key = await scryptAsync(password.normalize('NFKC'), salt, 32, SCRYPT);
   return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString('base64')}$${key.toString('base64')}`;
+}
+
+/** A stored hash made with weaker parameters than today's. */
+export function needsRehash(stored: string): boolean {
+  const [scheme, n, r, p] = stored.split('$');
+  return scheme !== 'scrypt' || Number(n) < SCRYPT.N || Number(r) < SCRYPT.r || Number(p) < SCRYPT.p;
 }
 
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {

@@ -17,25 +17,43 @@ export interface AuditEntry {
   created_at: Date;
 }
 
+/** Request ids named in one "dropped" log line (the count is always complete). */
+const DROPPED_IDS_LOGGED = 20;
+
 /**
  * Audit entries are queued in memory as responses finish and written in batches, off the request's
  * hot path. `close()` drains the queue, so a clean shutdown loses none. Entries carry no bodies,
  * headers or query strings, so no secret can reach the audit log.
+ *
+ * The queue is bounded (AUDIT_QUEUE_MAX): while PostgreSQL does not answer, entries wait and are
+ * written when it is back; past the bound new entries are dropped, and the writer says so: an error
+ * line with the count and the first request ids of what it dropped, at the first drop and at every
+ * failed or successful write after, until the count is reported.
  */
 export class AuditWriter {
   private queue: AuditEntry[] = [];
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
   private closed = false;
+  /** Dropped since the last report. */
+  private droppedIds: string[] = [];
+  private droppedCount = 0;
+  /** Every entry dropped since the process started. */
+  droppedTotal = 0;
 
   constructor(
     private readonly db: Knex,
     private readonly logger: Logger,
     private readonly intervalMs: number,
     private readonly batchSize = 500,
+    private readonly maxQueue = 50_000,
   ) {}
 
   record(entry: AuditEntry): void {
+    if (this.queue.length >= this.maxQueue) {
+      this.drop(entry);
+      return;
+    }
     this.queue.push(entry);
     if (this.queue.length >= this.batchSize) void this.flush();
     else if (!this.timer && !this.closed) this.timer = setTimeout(() => void this.flush(), this.intervalMs);
@@ -56,7 +74,26 @@ export class AuditWriter {
     await this.flush();
   }
 
+  private drop(entry: AuditEntry): void {
+    const first = this.droppedCount === 0;
+    this.droppedCount += 1;
+    this.droppedTotal += 1;
+    if (this.droppedIds.length < DROPPED_IDS_LOGGED) this.droppedIds.push(entry.request_id);
+    if (first) this.reportDropped();
+  }
+
+  private reportDropped(): void {
+    if (this.droppedCount === 0) return;
+    this.logger.error(
+      { dropped: this.droppedCount, dropped_total: this.droppedTotal, request_ids: this.droppedIds, queue_max: this.maxQueue },
+      `audit queue full: dropped ${this.droppedCount} audit entries (not written to audit_logs)`,
+    );
+    this.droppedCount = 0;
+    this.droppedIds = [];
+  }
+
   private async writeQueued(): Promise<void> {
+    this.reportDropped();
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.batchSize);
       try {

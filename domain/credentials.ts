@@ -79,6 +79,17 @@ export class CredentialResolver {
     return principal;
   }
 
+  /**
+   * The principal this process last resolved for a bearer header, however old, without asking the
+   * database; null if it never resolved it. Only to attribute a request in the audit log when the
+   * database is down, never to authorise one.
+   */
+  lastKnown(header: string | undefined): Principal | null {
+    const match = header ? /^Bearer ([\x21-\x7e]+)$/.exec(header.trim()) : null;
+    if (!match) return null;
+    return this.cache.get(sha256Hex(match[1]))?.principal ?? null;
+  }
+
   /** Forgets cached credentials (used by this process after a revoke or update, for read-your-writes). */
   invalidate(): void {
     this.cache.clear();

@@ -28,11 +28,12 @@ export interface EventEnvelope {
 
 export async function emitEvent(
   trx: Knex | Knex.Transaction,
-  event: { accountId: number; type: EventType; data: unknown },
+  /** `serviceId`: the service the event concerns, if any; credentials that cannot see it do not read the event's body. */
+  event: { accountId: number; type: EventType; data: unknown; serviceId?: number | null },
 ): Promise<EventEnvelope> {
   const id = newUlidId('evt');
   const [row] = await trx('events')
-    .insert({ id, account_id: event.accountId, type: event.type, data: JSON.stringify(event.data) })
+    .insert({ id, account_id: event.accountId, type: event.type, data: JSON.stringify(event.data), service_id: event.serviceId ?? null })
     .returning(['created_at']);
   await trx.raw('select pg_notify(?, ?)', [EVENTS_CHANNEL, id]);
   return { id, object: 'event', type: event.type, created_at: new Date(row.created_at).toISOString(), data: event.data };

@@ -1,14 +1,18 @@
 import type { Knex } from 'knex';
-import { createHash } from 'node:crypto';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash, randomUUID } from 'node:crypto';
 import { ApiError } from '../api/errors';
 import type { HandlerResult } from '../api/route';
+import type { Keyring } from '../common/crypto';
+import { presentOperation } from './operations';
 
-/** Stored 24 hours (DECISIONS "Idempotency"). */
-const RETENTION_MS = 24 * 3_600_000;
-/** A `running` record older than this belongs to a request whose process died; it may be taken over. */
-const ABANDONED_AFTER_MS = 60_000;
+/** Stored 24 hours (DECISIONS "Idempotency"); the worker's retention sweeper deletes them after. */
+export const RETENTION_MS = 24 * 3_600_000;
 /** Response headers worth replaying. */
 const REPLAYED_HEADERS = ['location'];
+/** Keyring purpose of the request fingerprints. */
+const FINGERPRINT_PURPOSE = 'idempotency-fingerprint';
+const FINGERPRINT_PREFIX = 'hmac-sha256:';
 
 export interface IdempotentRequest {
   accountId: number;
@@ -22,6 +26,13 @@ export interface IdempotentOutcome extends HandlerResult {
   replayed: boolean;
 }
 
+export interface IdempotencyDeps {
+  db: Knex;
+  keyring: Keyring;
+  /** A `running` record whose owner has not finished within this is taken to be abandoned (its process died). */
+  abandonAfterMs: number;
+}
+
 function stableStringify(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(stableStringify).join(',')}]`;
   if (value && typeof value === 'object') {
@@ -33,48 +44,107 @@ function stableStringify(value: unknown): string {
   return JSON.stringify(value ?? null);
 }
 
-/** What makes two requests "the same" for a key: method, concrete path and the canonical body. */
-export const requestHash = (r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) =>
-  createHash('sha256').update(`${r.method}\n${r.path}\n${stableStringify(r.body)}`).digest('hex');
+const canonical = (r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) => `${r.method}\n${r.path}\n${stableStringify(r.body)}`;
+
+/**
+ * What makes two requests "the same" for a key: method, concrete path and the canonical body,
+ * keyed with the instance's keyring (HMAC), so that a stored fingerprint of a body holding a
+ * password cannot be tested against guesses by someone who reads the table.
+ */
+export const requestFingerprint = (keyring: Keyring, r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) =>
+  `${FINGERPRINT_PREFIX}${keyring.sign(FINGERPRINT_PURPOSE, canonical(r)).toString('hex')}`;
+
+/** The unkeyed SHA-256 of records written before fingerprints were keyed (they live at most 24 hours). */
+export const legacyRequestHash = (r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) => createHash('sha256').update(canonical(r)).digest('hex');
+
+function sameFingerprint(stored: string, keyring: Keyring, r: IdempotentRequest, fingerprint: string): boolean {
+  return stored.startsWith(FINGERPRINT_PREFIX) ? stored === fingerprint : stored === legacyRequestHash(r);
+}
+
+/** The record a request holds while its handler runs (read by OperationService.start to bind its operation). */
+export interface IdempotencyClaim {
+  accountId: number;
+  key: string;
+  token: string;
+}
+
+const claims = new AsyncLocalStorage<IdempotencyClaim>();
+
+/**
+ * Inside an operation's transaction: binds the operation to the Idempotency-Key of the request that
+ * creates it, so that a retry after a crash answers with this operation instead of starting another.
+ * Refuses (409, rolling the operation back) when the key was taken over meanwhile by a retry that
+ * judged this request abandoned: then exactly one of the two may create the operation.
+ */
+export async function bindOperationToIdempotencyKey(trx: Knex.Transaction, operationId: string): Promise<void> {
+  const claim = claims.getStore();
+  if (!claim) return;
+  const bound = await trx('idempotency_keys')
+    .where({ account_id: claim.accountId, key: claim.key, owner_token: claim.token })
+    .update({ operation_id: operationId });
+  if (bound === 0) throw inUse();
+}
+
+const inUse = () =>
+  new ApiError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+
+interface KeyRow {
+  method: string;
+  path: string;
+  request_hash: string;
+  state: 'running' | 'done';
+  owner_token: string;
+  operation_id: string | null;
+  response_status: number | null;
+  response_headers: Record<string, string> | null;
+  response_body: unknown;
+  expires_at: Date;
+  locked_at: Date;
+}
 
 /**
  * Runs a mutation at most once per (account, Idempotency-Key). Only 2xx answers are stored and
  * replayed (same status, Location and body, plus `Idempotent-Replayed: true`); a failed attempt
  * releases the key so the client can retry.
+ *
+ * Each attempt owns the record through a random token, and every change of the record is a
+ * compare-and-swap on that token (never on a timestamp, whose precision the driver does not keep).
+ * A `running` record whose owner has not finished within `abandonAfterMs` belonged to a process
+ * that died: if it had created its operation (bound in the operation's transaction), the retry
+ * answers with that operation, as the first request would have; if not, nothing was started and
+ * the retry takes the record over and runs the request.
  */
-export async function runIdempotent(
-  db: Knex,
-  request: IdempotentRequest,
-  run: () => Promise<HandlerResult>,
-): Promise<IdempotentOutcome> {
-  const hash = requestHash(request);
-  for (let attempt = 0; attempt < 3; attempt++) {
+export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRequest, run: () => Promise<HandlerResult>): Promise<IdempotentOutcome> {
+  const { db } = deps;
+  const fingerprint = requestFingerprint(deps.keyring, request);
+  const where = { account_id: request.accountId, key: request.key };
+  const token = randomUUID();
+  for (let attempt = 0; attempt < 5; attempt++) {
     const inserted = await db('idempotency_keys')
       .insert({
-        account_id: request.accountId,
-        key: request.key,
+        ...where,
         method: request.method,
         path: request.path,
-        request_hash: hash,
+        request_hash: fingerprint,
         state: 'running',
+        owner_token: token,
+        locked_at: db.fn.now(),
         expires_at: new Date(Date.now() + RETENTION_MS),
       })
       .onConflict(['account_id', 'key'])
       .ignore()
       .returning('key');
-    if (inserted.length > 0) return execute(db, request, run);
+    if (inserted.length > 0) return execute(deps, request, token, run);
 
-    const existing = await db('idempotency_keys').where({ account_id: request.accountId, key: request.key }).first();
+    const existing: KeyRow | undefined = await db('idempotency_keys').where(where).first();
     if (!existing) continue; // released between our insert and read: try again
-    const expired = new Date(existing.expires_at).getTime() <= Date.now();
-    const abandoned = existing.state === 'running' && Date.now() - new Date(existing.created_at).getTime() > ABANDONED_AFTER_MS;
-    if (expired || abandoned) {
-      await db('idempotency_keys')
-        .where({ account_id: request.accountId, key: request.key, created_at: existing.created_at })
-        .delete();
+    const held = { ...where, owner_token: existing.owner_token };
+    if (new Date(existing.expires_at).getTime() <= Date.now()) {
+      // Past its 24 hours (the sweeper had not got to it yet): the key is free again.
+      await db('idempotency_keys').where(held).delete();
       continue;
     }
-    if (existing.method !== request.method || existing.path !== request.path || existing.request_hash !== hash) {
+    if (existing.method !== request.method || existing.path !== request.path || !sameFingerprint(existing.request_hash, deps.keyring, request, fingerprint)) {
       throw new ApiError(
         422,
         'invalid_request_error',
@@ -82,35 +152,50 @@ export async function runIdempotent(
         'This Idempotency-Key was used with a different method, path or body. Use a new key for a new request.',
       );
     }
-    if (existing.state === 'running') {
-      throw new ApiError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+    if (existing.state === 'done') return replay(existing);
+    if (Date.now() - new Date(existing.locked_at).getTime() <= deps.abandonAfterMs) throw inUse();
+
+    // Abandoned: its process died while running the request.
+    if (existing.operation_id) {
+      const operation = await db('operations').where({ id: existing.operation_id }).first();
+      if (operation) {
+        const answer = { status: 202, headers: { Location: `/v1/operations/${operation.id}` }, body: presentOperation(operation) };
+        await db('idempotency_keys')
+          .where(held)
+          .update({ state: 'done', response_status: answer.status, response_headers: JSON.stringify(answer.headers), response_body: JSON.stringify(answer.body) });
+        return { ...answer, headers: { ...answer.headers, 'Idempotent-Replayed': 'true' }, replayed: true };
+      }
     }
-    return {
-      replayed: true,
-      status: existing.response_status,
-      headers: { ...(existing.response_headers ?? {}), 'Idempotent-Replayed': 'true' },
-      body: existing.response_body ?? undefined,
-    };
+    const taken = await db('idempotency_keys').where(held).update({ owner_token: token, locked_at: db.fn.now(), operation_id: null });
+    if (taken > 0) return execute(deps, request, token, run);
+    // Someone else took it over first: look again.
   }
-  throw new ApiError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+  throw inUse();
 }
 
-async function execute(db: Knex, request: IdempotentRequest, run: () => Promise<HandlerResult>): Promise<IdempotentOutcome> {
-  const where = { account_id: request.accountId, key: request.key };
+function replay(row: KeyRow): IdempotentOutcome {
+  return {
+    replayed: true,
+    status: row.response_status ?? 200,
+    headers: { ...(row.response_headers ?? {}), 'Idempotent-Replayed': 'true' },
+    body: row.response_body ?? undefined,
+  };
+}
+
+async function execute(deps: IdempotencyDeps, request: IdempotentRequest, token: string, run: () => Promise<HandlerResult>): Promise<IdempotentOutcome> {
+  const mine = { account_id: request.accountId, key: request.key, owner_token: token };
   let result: HandlerResult;
   try {
-    result = await run();
+    result = await claims.run({ accountId: request.accountId, key: request.key, token }, run);
   } catch (err) {
-    await db('idempotency_keys').where(where).delete();
+    await deps.db('idempotency_keys').where(mine).delete();
     throw err;
   }
   const status = result.status ?? 200;
   if (status >= 200 && status < 300) {
-    const headers = Object.fromEntries(
-      Object.entries(result.headers ?? {}).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())),
-    );
-    await db('idempotency_keys')
-      .where(where)
+    const headers = Object.fromEntries(Object.entries(result.headers ?? {}).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));
+    await deps.db('idempotency_keys')
+      .where(mine)
       .update({
         state: 'done',
         response_status: status,
@@ -118,7 +203,19 @@ async function execute(db: Knex, request: IdempotentRequest, run: () => Promise<
         response_body: result.body === undefined ? null : JSON.stringify(result.body),
       });
   } else {
-    await db('idempotency_keys').where(where).delete();
+    await deps.db('idempotency_keys').where(mine).delete();
   }
   return { ...result, replayed: false };
+}
+
+/** Deletes records past their 24 hours, in batches (the worker's retention sweeper). */
+export async function sweepExpiredIdempotencyKeys(db: Knex, batch = 1_000): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const deleted = await db('idempotency_keys')
+      .whereIn(['account_id', 'key'], db('idempotency_keys').select('account_id', 'key').where('expires_at', '<=', db.fn.now()).limit(batch))
+      .delete();
+    total += deleted;
+    if (deleted < batch) return total;
+  }
 }

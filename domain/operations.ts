@@ -5,6 +5,8 @@ import { ApiError, backendUnavailable, notFound } from '../api/errors';
 import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
+import { lockActionable } from './services';
+import { bindOperationToIdempotencyKey } from './idempotency';
 import type { Logger } from '../common/logger';
 import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/kit/operation';
 import type * as Workflows from '../workflows';
@@ -36,6 +38,17 @@ type OperationRow = Pick<
 >;
 
 export const TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'failed']);
+
+/**
+ * A run reports on an operation that is not there for it: taken back because its start timed out,
+ * or closed by the orphan sweeper. The run must stop without acting (a non-retryable activity failure).
+ */
+export class OperationGone extends Error {
+  constructor(operationId: string, why: string) {
+    super(`operation ${operationId} ${why}`);
+    this.name = 'OperationGone';
+  }
+}
 
 
 export function presentOperation(row: OperationRow, live?: OperationState, stale = false): OperationView {
@@ -104,11 +117,12 @@ interface CacheEntry {
  */
 export class OperationService {
   private readonly cache = new Map<string, CacheEntry>();
+  private readonly pendingStarts = new Set<Promise<void>>();
 
   constructor(
     private readonly db: Knex,
     private readonly temporal: TemporalGateway,
-    private readonly opts: { cacheTtlMs: number; queryTimeoutMs: number; logger: Logger },
+    private readonly opts: { cacheTtlMs: number; queryTimeoutMs: number; startTimeoutMs: number; logger: Logger },
   ) {}
 
   async start<W extends OperationWorkflow>(input: StartOperationInput<W>): Promise<OperationView> {
@@ -128,11 +142,37 @@ export class OperationService {
           credential_id: input.principal.credentialId,
         })
         .returning('*');
+      if (input.serviceId) await lockActionable(trx, input.serviceId, `a ${input.type} operation`);
+      await bindOperationToIdempotencyKey(trx, id);
       if (input.inTransaction) await input.inTransaction(trx, id);
       return inserted as OperationRow;
     });
     try {
-      await this.temporal.client.workflow.start(input.workflow, {
+      await this.startWorkflow(id, input);
+    } catch (err) {
+      // Temporal did not take the workflow within the deadline (frozen, down, slow). Whether or not
+      // the start still reaches it later, nothing may run: the row is taken back (with what the
+      // transaction hook claimed, by its foreign keys), so a workflow that starts anyway finds no
+      // operation and stops before acting (OperationGone). If the database refuses the delete too,
+      // the orphan sweeper closes the row (workers/orphan-operation-sweeper.ts).
+      this.opts.logger.error({ err: (err as Error).message, operation: id }, 'could not start workflow');
+      await this.db('operations')
+        .where({ id })
+        .delete()
+        .catch((e: Error) => this.opts.logger.error({ err: e.message, operation: id }, 'could not take the operation back; the orphan sweeper will close it'));
+      throw backendUnavailable('operations');
+    }
+    return presentOperation(row);
+  }
+
+  /**
+   * Starts the operation's workflow within OPERATION_START_TIMEOUT: the gRPC deadline bounds the
+   * call and its retries, and a timer bounds a connection that never completes its handshake.
+   */
+  private async startWorkflow<W extends OperationWorkflow>(id: string, input: StartOperationInput<W>): Promise<void> {
+    const ms = this.opts.startTimeoutMs;
+    const start = this.temporal.withDeadline(ms, () =>
+      this.temporal.client.workflow.start(input.workflow, {
         workflowId: id,
         taskQueue: this.temporal.taskQueue,
         args: [{ operationId: id, ...(input.input as object) }],
@@ -147,14 +187,32 @@ export class OperationService {
           resource: input.resource ? `${input.resource.object} ${input.resource.id}` : null,
           credential: input.principal.credentialId,
         },
-      });
-    } catch (err) {
-      // Nothing ran: take the row back (and whatever the transaction hook set) and say so.
-      this.opts.logger.error({ err, operation: id }, 'could not start workflow');
-      await this.db('operations').where({ id }).delete();
-      throw backendUnavailable('operations');
+      }),
+    );
+    // Settled below, or left behind when the timer wins: kept until it settles, so that closing the
+    // connection (drain) does not pull it out from under the client's pending retries.
+    const settled = start.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.pendingStarts.add(settled);
+    void settled.then(() => this.pendingStarts.delete(settled));
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`Temporal did not accept the workflow within ${ms} ms`)), ms + 250);
+    });
+    try {
+      await Promise.race([start, timeout]);
+    } finally {
+      clearTimeout(timer);
     }
-    return presentOperation(row);
+  }
+
+  /** Waits (at most `maxMs`) for workflow starts still in flight, before the Temporal connection closes. */
+  async drain(maxMs = 10_000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(this.pendingStarts), new Promise((resolve) => (timer = setTimeout(resolve, maxMs)))]);
+    clearTimeout(timer);
   }
 
   /** An operation that finishes inside the request (SPEC: "including those that finish inside the request"). */
@@ -184,8 +242,9 @@ export class OperationService {
           completed_at: trx.fn.now(),
         })
         .returning('*');
+      await bindOperationToIdempotencyKey(trx, row.id);
       const view = presentOperation(row);
-      await emitEvent(trx, { accountId: row.account_id, type: 'operation.completed', data: view });
+      await emitEvent(trx, { accountId: row.account_id, type: 'operation.completed', data: view, serviceId: row.service_id });
       return view;
     });
   }
@@ -197,9 +256,15 @@ export class OperationService {
   async recordTransition(t: OperationTransition): Promise<void> {
     await this.db.transaction(async (trx) => {
       const row = await trx('operations').where({ id: t.operationId }).forUpdate().first();
-      if (!row) throw new Error(`operation ${t.operationId} does not exist`);
-      if (TERMINAL.has(row.status)) return;
-      const patch: Record<string, unknown> = { updated_at: trx.fn.now() };
+      // Taken back after its start timed out: the run must not act (its caller was told 503).
+      if (!row) throw new OperationGone(t.operationId, 'does not exist: its start was given up');
+      if (TERMINAL.has(row.status)) {
+        if (t.status !== undefined && TERMINAL.has(t.status)) return; // a retried final transition
+        // Closed by the orphan sweeper (it saw no workflow): a run that starts now must not act.
+        throw new OperationGone(t.operationId, `was closed (${row.status}) before this run reported`);
+      }
+      // Any transition proves the workflow exists: the orphan sweeper need not look for it.
+      const patch: Record<string, unknown> = { updated_at: trx.fn.now(), workflow_seen_at: trx.raw('coalesce(workflow_seen_at, now())') };
       if (t.status !== undefined) patch.status = t.status;
       if (t.progress !== undefined) patch.progress = t.progress;
       if (t.result !== undefined) patch.result = JSON.stringify(t.result);
@@ -208,10 +273,54 @@ export class OperationService {
       if (terminal) patch.completed_at = trx.fn.now();
       const [updated] = await trx('operations').where({ id: t.operationId }).update(patch).returning('*');
       if (terminal) {
-        await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated) });
+        await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated), serviceId: updated.service_id });
       }
     });
     this.cache.delete(t.operationId);
+  }
+
+  /**
+   * Closes an operation that no workflow runs (its workflow does not exist, or ended without
+   * recording an outcome): `failed` with `error`, what its request claimed given back (`release`),
+   * and `operation.completed` emitted, all in one transaction. False when it was already terminal.
+   */
+  async abandon(id: string, error: OperationError, release?: (trx: Knex.Transaction, row: OperationRow) => Promise<void>): Promise<boolean> {
+    const closed = await this.db.transaction(async (trx) => {
+      const row = await trx('operations').where({ id }).forUpdate().first();
+      if (!row || TERMINAL.has(row.status)) return false;
+      const [updated] = await trx('operations')
+        .where({ id })
+        .update({ status: 'failed', error: JSON.stringify(error), completed_at: trx.fn.now(), updated_at: trx.fn.now() })
+        .returning('*');
+      if (release) await release(trx, updated);
+      await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated), serviceId: updated.service_id });
+      return true;
+    });
+    this.cache.delete(id);
+    return closed;
+  }
+
+  /** Not terminal, older than `olderThanMs`, and no workflow seen yet: the orphan sweeper's candidates (oldest first). */
+  async unconfirmed(olderThanMs: number, limit = 100): Promise<Array<Pick<OperationRow, 'id' | 'type'>>> {
+    return this.db('operations')
+      .whereIn('status', ['pending', 'running'])
+      .whereNull('workflow_seen_at')
+      .where('created_at', '<', this.db.raw(`now() - ?::interval`, [`${olderThanMs} milliseconds`]))
+      .orderBy('created_at')
+      .limit(limit)
+      .select('id', 'type');
+  }
+
+  async markWorkflowSeen(id: string): Promise<void> {
+    await this.db('operations').where({ id }).whereNull('workflow_seen_at').update({ workflow_seen_at: this.db.fn.now() });
+  }
+
+  /**
+   * The operation of an order takes the service the order created: from then on, its visibility
+   * follows that service's like any other operation's (docs/security.md).
+   */
+  async attachService(operationId: string, serviceId: number): Promise<void> {
+    await this.db('operations').where({ id: operationId }).whereNull('service_id').update({ service_id: serviceId });
   }
 
   /** Loads a row the principal may see, or throws 404. */

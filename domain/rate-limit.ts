@@ -15,7 +15,11 @@ export interface RateLimitDecision {
   resetSeconds: number;
 }
 
-/** Multipliers for `rate_limit_tier` of a key. */
+/**
+ * Multipliers of a key's own budgets by its `rate_limit_tier`. Only the account owner can set a tier
+ * above standard, and the per-account budgets are never multiplied: they are the account's ceiling
+ * for all its keys together, so one key's tier never raises what the others may use.
+ */
 export const RATE_LIMIT_TIERS: Record<string, number> = { standard: 1, high: 10 };
 
 export class RateLimiter {
@@ -31,10 +35,10 @@ export class RateLimiter {
     const now = input.now ?? Date.now();
     const factor = RATE_LIMIT_TIERS[input.tier ?? 'standard'] ?? 1;
     const checks: Array<[string, number]> = [[`d:k:${input.keyId}`, this.buckets.default.per_key * factor]];
-    if (input.accountId) checks.push([`d:a:${input.accountId}`, this.buckets.default.per_account * factor]);
+    if (input.accountId) checks.push([`d:a:${input.accountId}`, this.buckets.default.per_account]);
     if (input.mutation) {
       checks.push([`m:k:${input.keyId}`, this.buckets.mutations.per_key * factor]);
-      if (input.accountId) checks.push([`m:a:${input.accountId}`, this.buckets.mutations.per_account * factor]);
+      if (input.accountId) checks.push([`m:a:${input.accountId}`, this.buckets.mutations.per_account]);
     }
     const windowStart = now - (now % this.windowMs);
     const resetSeconds = Math.max(1, Math.ceil((windowStart + this.windowMs - now) / 1000));

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { formatId, parseNumericId } from '../common/ids';
-import { notFound, unsupportedForProduct } from '../api/errors';
+import { conflict, notFound, unsupportedForProduct } from '../api/errors';
 import { dateOnly, iso } from '../common/time';
 import { SERVICE_FAMILIES, type ServiceFamily } from '../common/families';
 import { ServiceModel } from '../db/models';
@@ -59,6 +59,33 @@ export function requireCapability(service: Pick<ServiceRow, 'capabilities'>, cap
   if (service.capabilities?.[capability] !== true) throw unsupportedForProduct(capability);
 }
 
+/**
+ * Billing statuses in which a service's actions are refused with `409 conflict` (docs/security.md
+ * "Suspended and terminated services"): every mutation on the service (power, reinstall, restore,
+ * backups, console, rename, and whatever a family adds). Reads stay available.
+ */
+const REFUSED_IN: Partial<Record<ServiceStatus, string>> = {
+  suspended: 'is suspended by billing; it is refused until the service is active again',
+  terminated: 'is terminated; it can no longer be changed',
+  cancelled: 'is cancelled; it can no longer be changed',
+  fraud: 'is held for a billing review; it is refused until the review clears it',
+};
+
+/** An action on a service in a status that refuses actions is a `409 conflict` that says why. */
+export function requireActionable(service: Pick<ServiceRow, 'status'>, action: string): void {
+  const why = REFUSED_IN[service.status as ServiceStatus];
+  if (why) throw conflict(`${action[0].toUpperCase()}${action.slice(1)} is refused: this service ${why}.`);
+}
+
+/**
+ * Inside an operation's transaction: the service's status again, under a share lock, so that an
+ * action cannot start on a service billing suspended or terminated after the request checked it.
+ */
+export async function lockActionable(trx: Knex.Transaction, serviceId: number, action: string): Promise<void> {
+  const row = await trx('services').where({ id: serviceId }).forShare().first('status');
+  if (row) requireActionable(row, action);
+}
+
 const STATUS_EVENTS = { active: 'service.active', suspended: 'service.suspended', terminated: 'service.terminated' } as const;
 
 /**
@@ -78,6 +105,7 @@ export async function moveServiceStatus(
     await emitEvent(t, {
       accountId: row.account_id,
       type: STATUS_EVENTS[to],
+      serviceId,
       data: { object: 'service', id: summary.id, family: summary.family, status: summary.status, name: summary.name, label: summary.label },
     });
     return row as ServiceRow;

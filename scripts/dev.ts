@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createConnection } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import path from 'node:path';
 import { loadConfig } from '../common/config';
 import { randomBase62 } from '../common/crypto';
@@ -36,6 +36,18 @@ function portOpen(hostPort: string): Promise<boolean> {
     const socket = createConnection({ host, port: Number(port) });
     socket.once('connect', () => (socket.destroy(), resolve(true)));
     socket.once('error', () => resolve(false));
+  });
+}
+
+/** A port nothing listens on now (the kernel picks it). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
   });
 }
 
@@ -132,6 +144,10 @@ async function main() {
   } else {
     const [host, port] = config.TEMPORAL_ADDRESS.split(':');
     const uiPort = new URL(config.TEMPORAL_UI_URL).port || '8233';
+    // The dev server's HTTP API and metrics ports are named, so that webhook targets (with
+    // WEBHOOK_ALLOW_INSECURE_TARGETS) can be kept away from them like from the frontend and the UI.
+    const [httpPort, metricsPort] = [await freePort(), await freePort()];
+    env.WEBHOOK_PROTECTED_PORTS = [env.WEBHOOK_PROTECTED_PORTS, httpPort, metricsPort].filter(Boolean).join(',');
     run(
       'temporal',
       temporalBin,
@@ -144,6 +160,10 @@ async function main() {
         port,
         '--ui-port',
         uiPort,
+        '--http-port',
+        String(httpPort),
+        '--metrics-port',
+        String(metricsPort),
         '--db-filename',
         path.join(dataDir, 'temporal.db'),
         '--namespace',
@@ -163,7 +183,9 @@ async function main() {
 
   const passwordNote = process.env.DEMO_OWNER_PASSWORD ? '(from DEMO_OWNER_PASSWORD)' : '(generated, kept in .data/demo-credentials.json)';
   console.log(`
-  Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.
+  Cloud control plane is up${seeded.createdUsers ? ' (demo data seeded)' : ''}.${
+    seeded.resetPasswords.length ? `\n  Demo passwords of ${seeded.resetPasswords.join(', ')} were reset to the ones below.` : ''
+  }
 
   API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
   Reference    ${apiUrl}/docs

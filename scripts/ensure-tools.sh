@@ -31,33 +31,4 @@ bash scripts/install/dbaas.sh  # DBaaS instances: PostgreSQL and MariaDB server 
 bash scripts/install/powerdns.sh # PowerDNS for the DNS family's local server
 
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.
-if [ -n "${DATABASE_URL:-}" ]; then
-  log "using DATABASE_URL"
-  exit 0
-fi
-if ! command -v pg_ctlcluster >/dev/null 2>&1; then
-  log "installing PostgreSQL from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
-fi
-PG_VERSION=$(ls /usr/lib/postgresql | sort -V | tail -n1)
-if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^${PG_VERSION} main$"; then
-  log "creating PostgreSQL ${PG_VERSION} cluster"
-  pg_createcluster "${PG_VERSION}" main >/dev/null
-fi
-if ! pg_lsclusters -h | awk -v v="${PG_VERSION}" '$1==v && $2=="main" {print $4}' | grep -q online; then
-  log "starting PostgreSQL ${PG_VERSION}"
-  pg_ctlcluster "${PG_VERSION}" main start
-fi
-for _ in $(seq 1 30); do
-  if runuser -u postgres -- psql -qAtc 'select 1' >/dev/null 2>&1; then break; fi
-  sleep 0.5
-done
-if [ "$(runuser -u postgres -- psql -qAtc "select 1 from pg_roles where rolname='cloud'")" != "1" ]; then
-  log "creating role and database 'cloud'"
-  # Superuser so that the test suite can create and drop a fresh database per test file.
-  runuser -u postgres -- psql -qc "create role cloud login superuser password 'cloud'"
-fi
-if [ "$(runuser -u postgres -- psql -qAtc "select 1 from pg_database where datname='cloud'")" != "1" ]; then
-  runuser -u postgres -- psql -qc "create database cloud owner cloud"
-fi
+bash scripts/install/postgresql.sh

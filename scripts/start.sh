@@ -2,5 +2,9 @@
 # `npm start`: install what is missing, then run the whole system in the foreground (Ctrl-C stops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The project's own Node 24 (node_modules/.bin/node) first, also when this script is run directly;
+# the API and worker children inherit this PATH.
+export PATH="$PWD/node_modules/.bin:$PATH"
 bash scripts/ensure-tools.sh
+bash scripts/require-node.sh
 exec node_modules/.bin/tsx scripts/dev.ts

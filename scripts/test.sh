@@ -3,7 +3,10 @@
 # PostgreSQL and real Temporal servers (dev server and time-skipping test server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The project's own Node 24 (node_modules/.bin/node) first, also when this script is run directly.
+export PATH="$PWD/node_modules/.bin:$PATH"
 bash scripts/ensure-tools.sh
+bash scripts/require-node.sh
 echo "== typecheck"; node_modules/.bin/tsc -p .
 echo "== lint"; node_modules/.bin/eslint . --max-warnings=0
 echo "== tests"

@@ -4,6 +4,9 @@ import { createApiKey, createService, createUser } from './helpers/fixtures';
 import { advanceSignal } from './fixtures/test-operation.workflow';
 import type { Principal } from '../domain/principal';
 import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { newUlidId } from '../common/ids';
+import { OrphanOperationSweeper } from '../workers/orphan-operation-sweeper';
+import { createVps } from './vps.support';
 
 /**
  * The operation mechanism end to end, proved with a test-only workflow: row + workflow with the same
@@ -138,4 +141,57 @@ describe('operations through Temporal', () => {
     const after = await stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key });
     expect(after.body).toMatchObject({ status: 'succeeded', stale: false });
   });
+
+  it('closes operations no workflow runs (orphan sweeper), releasing what they held, and leaves running ones alone', async () => {
+    const sweeper = new OrphanOperationSweeper({ ...stack.api.deps, config: { ...stack.config, OPERATION_ORPHAN_AFTER: 1_000 } });
+    // As if the API had died between committing the reinstall's row (with its flag and sealed
+    // password) and starting its workflow.
+    const vps = await createVps(stack);
+    const orphan = newUlidId('op');
+    await stack.db('operations').insert({
+      id: orphan, account_id: stack.owner.accountId, type: 'vps.reinstall', status: 'running', resource_object: 'vps', resource_id: vps.id,
+      service_id: vps.serviceId, created_at: stack.db.raw(`now() - interval '1 minute'`),
+    });
+    await stack.db('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: orphan });
+    await stack.db('vps_reinstall_secrets').insert({ operation_id: orphan, service_id: vps.serviceId, sealed_root_password: 'sealed' });
+    const locked = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' } });
+    expect(locked.status).toBe(409);
+    // A live operation with a workflow is only noted.
+    const live = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: { holdMs: 60_000 } as never });
+    await stack.db('operations').where({ id: live.id }).update({ created_at: stack.db.raw(`now() - interval '1 minute'`) });
+
+    expect(await sweeper.sweep()).toEqual([orphan]);
+    const closed = await stack.http.get(`/v1/operations/${orphan}`, { token: stack.owner.key });
+    expect(closed.body).toMatchObject({ status: 'failed', error: { code: 'not_started' } });
+    expect((await stack.db('vps_servers').where({ service_id: vps.serviceId }).first()).reinstall_operation_id).toBeNull();
+    expect(await stack.db('vps_reinstall_secrets').where({ operation_id: orphan })).toEqual([]);
+    expect((await stack.db('events').where({ type: 'operation.completed' })).filter((e) => e.data.id === orphan)).toHaveLength(1);
+    expect((await stack.db('operations').where({ id: live.id }).first()).workflow_seen_at).not.toBeNull();
+    expect(await sweeper.sweep()).toEqual([]);
+    // The VPS is not locked any more.
+    const power = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' } });
+    expect(power.status, power.text).toBe(202);
+    await stack.temporal!.client.workflow.getHandle(live.id).signal(advanceSignal, { finish: 'succeed' });
+  });
+
+  it('a workflow whose operation is gone, or was closed, stops before acting', async () => {
+    const vps = await createVps(stack);
+    for (const closed of [false, true]) {
+      const id = newUlidId('op');
+      if (closed) {
+        await stack.db('operations').insert({ id, account_id: stack.owner.accountId, type: 'vps.power', status: 'failed', service_id: vps.serviceId, completed_at: new Date() });
+      }
+      // As if Temporal had taken a start the API had given up on (and taken back, or the sweeper closed).
+      const handle = await stack.temporal!.client.workflow.start('vpsPowerWorkflow', {
+        workflowId: id,
+        taskQueue: stack.taskQueue,
+        args: [{ operationId: id, serviceId: vps.serviceId, vmid: vps.vmid, action: 'stop' }],
+      });
+      await handle.result().catch(() => undefined);
+      const tasks = await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) });
+      expect(tasks, `closed=${closed}`).toEqual([]);
+      expect(((await stack.db('operations').where({ id }).first()) ?? null)?.status ?? null).toBe(closed ? 'failed' : null);
+    }
+  });
 });
+

@@ -1,7 +1,8 @@
+import { createOrder } from '../domain/orders/store';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
-import { createApiKey, createService } from './helpers/fixtures';
+import { createApiKey, createService, createUser } from './helpers/fixtures';
 import { seedOrders } from '../db/seeds/orders.seed';
 import { OperationSchema } from '../api/schemas';
 import { OrderSchema, ProductSchema } from '../api/routes/orders/schemas';
@@ -140,6 +141,36 @@ describe('POST /v1/orders: rejected before billing', () => {
     const res = await placeOrder(stack, c, { product: 'vps-l', billing_cycle: 'annually', promo_code: code });
     expect(res.status).toBe(400);
     expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_promocode', param: 'promo_code' });
+  });
+
+  it('checks a promo code again where it is consumed: parallel orders never exceed max_uses', async () => {
+    await stack.db('promo_codes').insert({ code: 'RACE3', percent_off: 10, max_uses: 3 });
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => placeOrder(stack, c, { product: 'dns-zone', options: { zone: `race${i}.example` }, promo_code: 'RACE3' })),
+    );
+    expect(answers.filter((r) => r.status === 202)).toHaveLength(3);
+    const refused = answers.filter((r) => r.status !== 202);
+    expect(refused).toHaveLength(5);
+    for (const r of refused) expect(r.body.error).toMatchObject({ code: 'invalid_promocode', param: 'promo_code', message: 'The promo code has been used up.' });
+    expect((await stack.db('promo_codes').where({ code: 'RACE3' }).first()).uses).toBe(3);
+    expect(await stack.db('orders').where({ account_id: c.accountId, promo_code: 'RACE3' })).toHaveLength(3);
+
+    // A code switched off or expired after the first check is refused where it is consumed too.
+    const billing = stack.api.deps.providers.billing;
+    const product = (await billing.getProduct('dns-zone', 'EUR'))!;
+    await stack.db('promo_codes').insert([
+      { code: 'SWITCHEDOFF', percent_off: 10, active: false },
+      { code: 'JUSTEXPIRED', percent_off: 10, expires_at: new Date(Date.now() - 1000) },
+    ]);
+    for (const [code, reason] of [['SWITCHEDOFF', 'is not a valid promo code'], ['JUSTEXPIRED', 'has expired']]) {
+      const outcome = await stack.db.transaction((trx) =>
+        createOrder(trx, billing, {
+          accountId: c.accountId, operationId: `op_${code}`, product, billingCycle: 'monthly', options: { zone: 'late.example' },
+          promoCode: code, siteName: null, paymentMethod: 'card', currency: 'EUR', credentialId: null,
+        }),
+      );
+      expect(outcome).toEqual({ refused: 'promo', reason });
+    }
   });
 
   it('refuses a site name already used by a live service -> 400 hostname_taken', async () => {
@@ -504,14 +535,43 @@ describe('reading orders, visibility and scopes', () => {
     expect((await stack.http.get('/v1/orders')).status).toBe(401);
   });
 
-  it('leaves services the key cannot see out of the order', async () => {
+  it('answers 404 to a cancel from a key or user that cannot see the order\'s service, and changes nothing', async () => {
+    const c = await newCustomer(stack);
+    const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'cancel-hidden.example' } });
+    await result(res.body.id);
+    const orderId = res.body.resource.id;
+    const unrelated = await createService(stack.db, c.accountId, { family: 'dns' });
+    const narrowKey = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:write', 'orders:read'], allowlist: [unrelated.serviceId] });
+    const user = await createUser(stack.db, c.accountId, { scopes: ['orders:write', 'orders:read'], serviceIds: [unrelated.serviceId] });
+    const userKey = await createApiKey(stack.db, c.accountId, user.userId, { scopes: ['orders:write'] });
+    for (const token of [narrowKey.token, userKey.token]) {
+      const cancel = await stack.http.post(`/v1/orders/${orderId}/cancel`, { token, body: { type: 'immediate' } });
+      expect(cancel.status, cancel.text).toBe(404);
+      expect(cancel.body.error.code).toBe('not_found');
+    }
+    expect((await stack.db('orders').where({ id: Number(orderId.slice(4)) }).first()).cancellation_type).toBeNull();
+    expect((await getOrder(c, orderId)).body.cancellation).toBeNull();
+  });
+
+  it('hides an order, and its operation, from a key that cannot see the service it created (docs/security.md)', async () => {
     const c = await newCustomer(stack);
     const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'hidden.example' } });
     await result(res.body.id);
+    const created = (await getOrder(c, res.body.resource.id)).body.services[0];
     const unrelated = await createService(stack.db, c.accountId, { family: 'dns' });
-    const narrow = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read'], allowlist: [unrelated.serviceId] });
+    const narrow = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read', 'operations:read'], allowlist: [unrelated.serviceId] });
     const seen = await stack.http.get(`/v1/orders/${res.body.resource.id}`, { token: narrow.token });
-    expect(seen.status).toBe(200);
-    expect(seen.body.services).toEqual([]);
+    expect(seen.status).toBe(404);
+    expect((await stack.http.get('/v1/orders', { token: narrow.token })).body.data).toEqual([]);
+    // The order's operation took the service it created: it follows that service's visibility.
+    expect((await stack.db('operations').where({ id: res.body.id }).first()).service_id).toBe(Number(created.id.slice(4)));
+    expect((await stack.http.get(`/v1/operations/${res.body.id}`, { token: narrow.token })).status).toBe(404);
+    expect((await stack.http.get('/v1/operations', { token: narrow.token })).body.data).toEqual([]);
+    const completed = (await eventsFor(stack, c.accountId, 'operation.completed')).find((e) => e.data.id === res.body.id);
+    expect(completed.service_id).toBe(Number(created.id.slice(4)));
+    // A key that sees the service sees the order and its operation.
+    const wide = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read', 'operations:read'], allowlist: [Number(created.id.slice(4))] });
+    expect((await stack.http.get(`/v1/orders/${res.body.resource.id}`, { token: wide.token })).body.services.map((s: { id: string }) => s.id)).toEqual([created.id]);
+    expect((await stack.http.get(`/v1/operations/${res.body.id}`, { token: wide.token })).status).toBe(200);
   });
 });

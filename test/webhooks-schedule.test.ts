@@ -42,6 +42,8 @@ describe('webhook retry schedule at production delays', () => {
 
     const [row] = await waitFor(() => stack.db('webhook_deliveries').select('id'), (rows) => rows.length === 1);
     const handle = stack.temporal!.client.workflow.getHandle(row.id);
+    // The row is written first; the dispatcher starts its workflow a moment later.
+    await waitFor(() => handle.describe().then(() => true, () => false), (started) => started);
     const before = await stack.temporal!.currentTimeMs();
     // Awaiting the result lets the test server skip time while the workflow sleeps.
     expect(await handle.result()).toBe('failed');
@@ -83,6 +85,8 @@ describe('webhook retry schedule at production delays', () => {
       (rows) => rows.length === 1,
     );
     const handle = stack.temporal!.client.workflow.getHandle(row.id);
+    // The row is written first; the dispatcher starts its workflow a moment later.
+    await waitFor(() => handle.describe().then(() => true, () => false), (started) => started);
     expect(await handle.result()).toBe('delivered');
     const history = await handle.fetchHistory();
     const timers = (history.events ?? []).filter((e) => e.timerStartedEventAttributes);

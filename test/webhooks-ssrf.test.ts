@@ -189,3 +189,47 @@ describe('before every attempt', () => {
     await insecure.http.delete(`/v1/webhooks/${hookId}`, { token: insecure.owner.key });
   });
 });
+
+describe('the control plane\'s own local services stay out of reach, even with the flag', () => {
+  it('refuses the API, its /_dev stand-ins, the Temporal ports and the UI at registration', async () => {
+    const apiPort = new URL(insecure.url).port;
+    const temporalPort = insecure.temporal!.address.split(':').pop();
+    const uiPort = new URL(insecure.config.TEMPORAL_UI_URL).port;
+    const ownService = /belongs to the control plane/;
+    await expectRejected(insecure, `http://127.0.0.1:${apiPort}/hook`, ownService);
+    await expectRejected(insecure, `http://localhost:${apiPort}/v1/services`, ownService);
+    await expectRejected(insecure, `http://[::1]:${apiPort}/hook`, ownService);
+    await expectRejected(insecure, `http://127.0.0.1:${temporalPort}/`, ownService);
+    await expectRejected(insecure, `http://127.0.0.1:${uiPort}/namespaces/default/workflows`, ownService);
+    await expectRejected(insecure, `http://127.0.0.1:${insecure.config.PORT}/hook`, ownService);
+    fakeDns.set('sneaky.example.test', ['127.0.0.1']);
+    await expectRejected(insecure, `http://sneaky.example.test:${apiPort}/hook`, ownService);
+    // /_dev on any loopback port, however it is spelt.
+    for (const path of ['/_dev/services/svc_1/terminate', '/_DEV/invoices/inv_1/pay', '/%5Fdev/backends/vps/outage', '//_dev/x']) {
+      await expectRejected(insecure, `http://127.0.0.1:9${path}`, /_dev/);
+    }
+  });
+
+  it('refuses them before every attempt too: a stored target aimed at /_dev is never called', async () => {
+    const svc = await insecure.db('services').insert({ account_id: insecure.owner.accountId, family: 'vps', status: 'active', capabilities: '{}' }).returning('id');
+    const serviceId = Number(svc[0].id);
+    const apiPort = new URL(insecure.url).port;
+    // As if it had been registered before this rule existed.
+    const [hook] = await insecure.db('webhooks')
+      .insert({
+        account_id: insecure.owner.accountId,
+        url: `http://127.0.0.1:${apiPort}/_dev/services/svc_${serviceId}/terminate`,
+        events: ['*'],
+        secret_sealed: insecure.api.deps.keyring.encrypt('webhook-secret', 'whsec_test'),
+      })
+      .returning('id');
+    await insecure.http.post(`/v1/webhooks/whk_${hook.id}/ping`, { token: insecure.owner.key });
+    const [d] = await waitFor(
+      async () => (await insecure.http.get(`/v1/webhooks/whk_${hook.id}/deliveries`, { token: insecure.owner.key })).body.data,
+      (ds: any[]) => ds[0]?.attempts >= 1,
+    );
+    expect(d.last_error).toMatch(/^target refused: port \d+ on this machine belongs to the control plane/);
+    expect((await insecure.db('services').where({ id: serviceId }).first()).status).toBe('active');
+    await insecure.http.delete(`/v1/webhooks/whk_${hook.id}`, { token: insecure.owner.key });
+  });
+});

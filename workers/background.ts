@@ -5,6 +5,8 @@ import { TeardownSweeper } from './teardown-sweeper';
 import { terminateDueServices } from '../domain/orders/store';
 import { BalancerKeeper } from '../domain/lb/keeper';
 import { InstanceKeeper } from '../domain/dbaas/keeper';
+import { RetentionSweeper } from './retention-sweeper';
+import { OrphanOperationSweeper } from './orphan-operation-sweeper';
 
 /**
  * Loops that run in the worker process beside the Temporal worker (started before it polls, stopped
@@ -24,6 +26,10 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     new TeardownSweeper(deps),
     // Load balancers: every balancer of a live service runs (after a host restart, after a crash).
     new BalancerKeeper({ db: deps.db, lb: deps.providers.lb, logger: deps.logger, intervalMs: deps.config.LB_KEEPER_INTERVAL }),
+    // Records whose time is up: ended sign-in throttle windows, expired idempotency keys.
+    new RetentionSweeper(deps),
+    // Operations whose workflow does not exist: failed, with what their request claimed released.
+    new OrphanOperationSweeper(deps),
     // What simulated backends do on their own (billing carries out due cancellations).
     // Database instances: every one that should run runs (after a host restart, after a crash).
     new InstanceKeeper({ dbaas: deps.providers.dbaas, logger: deps.logger, intervalMs: deps.config.DBAAS_KEEPER_INTERVAL }),

@@ -25,7 +25,13 @@ async function main() {
   Runtime.install({ logger: new DefaultLogger(sdkLevel) });
   const db = createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
   const connection = await connectWithRetry(config.TEMPORAL_ADDRESS, logger);
-  const { worker, background } = await createWorker({ config, db, logger, connection });
+  const { worker, background } = await createWorker({
+    config,
+    db,
+    logger,
+    connection,
+    workflowBundle: config.WORKFLOW_BUNDLE_PATH ? { codePath: config.WORKFLOW_BUNDLE_PATH } : undefined,
+  });
   for (const service of background) await service.start();
   logger.info({ taskQueue: config.TEMPORAL_TASK_QUEUE }, 'worker running');
   const stop = () => worker.shutdown();

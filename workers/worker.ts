@@ -9,6 +9,7 @@ import { TemporalGateway } from '../domain/temporal';
 import { createProviders } from '../providers';
 import { loadKeyring } from '../domain/instance';
 import { createBackgroundServices, type BackgroundService } from './background';
+import { localServicePorts, protectLocalPorts } from '../domain/webhooks/targets';
 
 export interface WorkerInput {
   config: Config;
@@ -46,8 +47,11 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   const operations = new OperationService(db, temporal, {
     cacheTtlMs: config.OPERATION_CACHE_TTL,
     queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
+    startTimeoutMs: config.OPERATION_START_TIMEOUT,
     logger,
   });
+  // Deliveries run here: the control plane's own local services stay out of their reach.
+  protectLocalPorts(localServicePorts(config));
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
   const providers = createProviders({ db, config });
   const activityDeps = { config, db, logger, keyring, providers, operations, temporal };

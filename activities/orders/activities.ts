@@ -8,6 +8,7 @@ import type { Providers } from '../../providers';
 import { provisionTargetOf, type ProvisionTarget, type ProvisionerRegistry } from '../../domain/provisioning';
 import { BackendUnavailableError } from '../../providers/errors';
 import type { Logger } from '../../common/logger';
+import type { OperationService } from '../../domain/operations';
 
 export interface OrderPaymentState {
   order: { id: string; status: OrderStatus };
@@ -15,7 +16,19 @@ export interface OrderPaymentState {
 }
 
 /** Activities of the `orders.create` workflow. Each is idempotent (Temporal retries them). */
-export function createOrderActivities({ db, providers, provisioners, logger }: { db: Knex; providers: Providers; provisioners: ProvisionerRegistry; logger: Logger }) {
+export function createOrderActivities({
+  db,
+  providers,
+  provisioners,
+  operations,
+  logger,
+}: {
+  db: Knex;
+  providers: Providers;
+  provisioners: ProvisionerRegistry;
+  operations: Pick<OperationService, 'attachService'>;
+  logger: Logger;
+}) {
   const { billing } = providers;
 
   async function provisionTarget(serviceId: number): Promise<ProvisionTarget> {
@@ -45,9 +58,13 @@ export function createOrderActivities({ db, providers, provisioners, logger }: {
       return paymentState(orderId, false);
     },
 
-    /** Creates the order's services in `pending` (once). */
+    /** Creates the order's services in `pending` (once); the order's operation then follows the service's visibility. */
     async createOrderServices(orderId: number): Promise<number[]> {
-      return createOrderServices(db, billing, orderId);
+      const ids = await createOrderServices(db, billing, orderId);
+      const order = await getOrderById(db, orderId);
+      // The order's operation now belongs to its service: visibility of both follows the service's.
+      if (order && ids.length > 0) await operations.attachService(order.operation_id, ids[0]);
+      return ids;
     },
 
     /** Asks the family's provisioner to build the service; false while its backend does not answer. */

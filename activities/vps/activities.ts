@@ -95,7 +95,7 @@ export function createVpsActivities({ db, providers, keyring }: { db: Knex; prov
 
     /** Clears the reinstalling flag of this operation and drops a password that was never used. */
     async vpsEndReinstall(input: { operationId: string; serviceId: number }): Promise<void> {
-      await endReinstall(db, input.operationId, input.serviceId);
+      await endReinstall(db, input.operationId);
     },
 
     /** Queues a backup task; the archive's id is known at once. */

@@ -5,7 +5,7 @@ import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../p
 import { defineRoute } from '../route';
 import { AccountSchema, AuditLogSchema, CredentialSchema, iso, isoDateTime, listOf } from '../schemas';
 import { AccountModel, type AuditLogModel } from '../../db/models';
-import type { Principal } from '../../domain/principal';
+import { visibleServiceIds, type Principal } from '../../domain/principal';
 
 function presentCredential(principal: Principal) {
   return {
@@ -19,13 +19,22 @@ function presentCredential(principal: Principal) {
   };
 }
 
-function presentAuditLog(row: AuditLogModel) {
+/** What a redacted `path` reads when the request matched no route (its template is unknown). */
+export const REDACTED_PATH = '(redacted)';
+
+/**
+ * An audit entry. For a credential narrowed to some services, the concrete path of another
+ * credential's request (which may name a service it cannot see) is replaced by the route template
+ * (docs/security.md).
+ */
+function presentAuditLog(row: AuditLogModel, principal: Principal) {
+  const redact = visibleServiceIds(principal) !== null && row.credential_id !== principal.credentialId;
   return {
     object: 'audit_log' as const,
     id: formatId('log', row.id),
     request_id: row.request_id,
     method: row.method,
-    path: row.path,
+    path: redact ? (row.route ?? REDACTED_PATH) : row.path,
     route: row.route,
     status: row.status,
     error_code: row.error_code,
@@ -90,7 +99,8 @@ export const accountRoutes = [
     path: '/v1/audit-logs',
     operationId: 'listAuditLogs',
     summary: 'The audit log of API activity',
-    description: 'Every /v1 request of the account, newest first: route template, status, error code, required scope, credential, ip, channel and duration. Never bodies or secrets.',
+    description:
+      'Every /v1 request of the account, newest first: route template, status, error code, required scope, credential, ip, channel and duration. Never bodies or secrets. A credential narrowed to some services reads the route template as `path` of other credentials\' requests.',
     tag: 'Account',
     scope: 'account:read',
     credential: 'credential',
@@ -121,7 +131,7 @@ export const accountRoutes = [
         limit,
         cursor,
       });
-      return { body: listEnvelope(page.rows.map((r) => presentAuditLog(r as unknown as AuditLogModel)), page) };
+      return { body: listEnvelope(page.rows.map((r) => presentAuditLog(r as unknown as AuditLogModel, principal)), page) };
     },
   }),
 ];

@@ -92,7 +92,8 @@ export const apiKeyRoutes = [
     path: '/v1/api-keys',
     operationId: 'createApiKey',
     summary: 'Create an API key',
-    description: 'Returns the clear `token` once; only its SHA-256 hash is stored. Never replayed by Idempotency-Key (it returns a secret).',
+    description:
+      'Returns the clear `token` once; only its SHA-256 hash is stored. Never replayed by Idempotency-Key (it returns a secret). `rate_limit_tier` above `standard` multiplies the key\'s own budgets; only the account owner may set it (`403 owner_required`), and it never raises the per-account budgets.',
     tag: 'API keys',
     scope: 'apikeys:write',
     credential: 'session',
@@ -101,6 +102,9 @@ export const apiKeyRoutes = [
     body: CreateBody,
     responses: [{ status: 201, description: 'The created key, with its token', schema: CreatedApiKeySchema }],
     async handler({ body, principal, deps }) {
+      if (body.rate_limit_tier && body.rate_limit_tier !== 'standard' && !principal.isOwner) {
+        throw forbidden('owner_required', `Only the account owner can give a key the rate-limit tier "${body.rate_limit_tier}".`);
+      }
       const grantedScopes = checkScopes(principal, body.scopes);
       const serviceAllowlist = await checkAllowlist(deps, principal, body.service_allowlist ?? []);
       if (body.expires_at && new Date(body.expires_at).getTime() <= Date.now()) {

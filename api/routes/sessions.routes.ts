@@ -1,9 +1,10 @@
 import { z } from 'zod';
 import { formatId } from '../../common/ids';
-import { hashPassword, sha256Hex, verifyPassword } from '../../common/crypto';
+import { hashPassword, needsRehash, sha256Hex, verifyPassword } from '../../common/crypto';
 import { newSessionToken } from '../../domain/credentials';
 import { ApiError } from '../errors';
 import { defineRoute } from '../route';
+import { clientIp } from '../app';
 import { SessionSchema } from '../schemas';
 
 // Verified when the email is unknown, so both failures take the same time.
@@ -18,7 +19,8 @@ export const sessionRoutes = [
     path: '/v1/sessions',
     operationId: 'createSession',
     summary: 'Sign in with email and password',
-    description: 'Returns a session token (`cloud_sess_...`) valid for 12 hours. The same 401 answers an unknown email and a wrong password.',
+    description:
+      'Returns a session token (`cloud_sess_...`) valid for 12 hours. The same 401 answers an unknown email and a wrong password. Attempts are throttled per email address and per client address across all API processes (`429 rate_limited` with `Retry-After`); a successful sign-in clears its email\'s count.',
     tag: 'Sessions',
     scope: null,
     credential: 'none',
@@ -26,11 +28,27 @@ export const sessionRoutes = [
     returnsSecret: true,
     body: z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1024) }),
     responses: [{ status: 201, description: 'Signed in', schema: SessionSchema }],
-    async handler({ body, deps }) {
+    async handler({ body, deps, req }) {
+      const ip = clientIp(req);
+      const verdict = await deps.loginThrottle.attempt(body.email, ip);
+      if (!verdict.allowed) {
+        throw new ApiError(
+          429,
+          'rate_limit_error',
+          'rate_limited',
+          `Too many sign-in attempts for this email address or from this network address; retry in ${verdict.retryAfterSeconds} s.`,
+          null,
+          { retry_after: verdict.retryAfterSeconds },
+          { 'Retry-After': String(verdict.retryAfterSeconds) },
+        );
+      }
       const user = await deps.db('users').whereRaw('lower(email) = lower(?)', [body.email]).first();
       dummyHash ??= hashPassword('not the password of anyone');
       const ok = await verifyPassword(body.password, user?.password_hash ?? (await dummyHash));
       if (!user || !ok) throw invalidCredentials();
+      await deps.loginThrottle.succeeded(body.email, ip);
+      // A hash made with older (weaker) parameters is replaced while the password is at hand.
+      if (needsRehash(user.password_hash)) await deps.db('users').where({ id: user.id }).update({ password_hash: await hashPassword(body.password) });
       const token = newSessionToken();
       const expiresAt = new Date(Date.now() + deps.config.SESSION_TTL);
       await deps.db('sessions').insert({ token_hash: sha256Hex(token), user_id: user.id, account_id: user.account_id, expires_at: expiresAt });

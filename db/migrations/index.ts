@@ -8,6 +8,7 @@ import * as billing from './20261123000002_billing';
 import * as lb from './20261123000300_lb';
 import * as dbaas from './20261123000200_dbaas';
 import * as dns from './20261123000100_dns';
+import * as hardening from './20261123000400_hardening';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -23,6 +24,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261123000300_lb', lb],
   ['20261123000200_dbaas', dbaas],
   ['20261123000100_dns', dns],
+  ['20261123000400_hardening', hardening],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

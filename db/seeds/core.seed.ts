@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { hashPassword } from '../../common/crypto';
+import { hashPassword, verifyPassword } from '../../common/crypto';
 import { DEFAULT_CAPABILITIES } from '../../domain/capabilities';
 
 export interface DemoPasswords {
@@ -35,11 +35,19 @@ export const DEMO_SERVICES = [
   { family: 'other', product: 'wordpress-starter', name: 'WordPress Starter', label: 'blog.example.test', primary_ip: '203.0.113.50', dev: false },
 ] as const;
 
+export interface SeedOutcome {
+  createdUsers: boolean;
+  /** Demo users whose password did not match the given one and was reset to it. */
+  resetPasswords: string[];
+}
+
 /**
  * Account cus_1 with its owner, a narrower developer and one active service per family.
- * Idempotent: existing rows are kept (passwords are only set when a user is created).
+ * Idempotent: existing rows are kept, except the demo users' passwords, which are reset to the
+ * given ones when they differ (a database seeded by another checkout, or by a run with other
+ * DEMO_*_PASSWORD values), so that what `npm start` prints always works.
  */
-export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<{ createdUsers: boolean }> {
+export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<SeedOutcome> {
   return db.transaction(async (trx) => {
     await trx('accounts')
       .insert({ id: 1, name: 'Demo Account', company: 'Example Ltd', email: 'owner@example.test', country: 'DE', currency: 'EUR' })
@@ -50,9 +58,16 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<{ cr
     await trx.raw(`select setval(pg_get_serial_sequence('accounts', 'id'), greatest((select max(id) from accounts), 1))`);
 
     let createdUsers = false;
+    const resetPasswords: string[] = [];
     const ensureUser = async (email: string, password: string, fields: { is_owner: boolean; scopes: string[]; all_services: boolean }) => {
       const existing = await trx('users').whereRaw('lower(email) = ?', [email]).first();
-      if (existing) return existing.id as number;
+      if (existing) {
+        if (!(await verifyPassword(password, existing.password_hash))) {
+          await trx('users').where({ id: existing.id }).update({ password_hash: await hashPassword(password) });
+          resetPasswords.push(email);
+        }
+        return existing.id as number;
+      }
       createdUsers = true;
       const [row] = await trx('users')
         .insert({ account_id: 1, email, password_hash: await hashPassword(password), ...fields })
@@ -90,6 +105,6 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<{ cr
         await trx('user_service_permissions').insert({ user_id: devId, service_id: row.id }).onConflict(['user_id', 'service_id']).ignore();
       }
     }
-    return { createdUsers };
+    return { createdUsers, resetPasswords };
   });
 }

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
-import { seedCore, type DemoPasswords } from './core.seed';
+import { seedCore, type DemoPasswords, type SeedOutcome } from './core.seed';
 import { seedDbaas } from './dbaas.seed';
 import { seedOrders } from './orders.seed';
 import { seedDns } from './dns.seed';
@@ -16,7 +16,7 @@ export async function seedDemo(
   providers: Providers,
   /** `keyring` seals the admin passwords of the seeded database services; `config` names the DNS servers. */
   options: { apiPort?: number; keyring: Keyring; config: Config },
-): Promise<{ createdUsers: boolean }> {
+): Promise<SeedOutcome> {
   const core = await seedCore(db, passwords);
   await seedOrders(db);
   await seedVps(db, providers);

@@ -2,7 +2,7 @@ import type { ServiceFamily } from '../../common/families';
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { iso } from '../../api/schemas';
-import type { OrderRecord } from './store';
+import { getOrder, type OrderRecord } from './store';
 import type {
   InvoiceView,
   OperationInvoice,
@@ -78,8 +78,30 @@ export function presentOrder(
 export type OrderView = ReturnType<typeof presentOrder>;
 
 /**
- * Loads invoices and created services of some orders and presents them. Services the principal
- * cannot see (key allowlist, per-service permissions) are left out of `services`.
+ * Whether a credential may see an order: every service the order created must be visible to it
+ * (key allowlist, the user's per-service permissions). An order that has not created a service yet
+ * is visible to every credential of the account that may read orders. Invisible is `404`.
+ */
+export function canSeeOrder(principal: Principal, serviceIds: number[]): boolean {
+  return serviceIds.every((id) => canSeeService(principal, id));
+}
+
+/** The order if the principal may see it (its account, its services), else null. */
+export async function findVisibleOrder(
+  db: Knex,
+  billing: { servicesOfOrders(ids: number[]): Promise<Map<number, ServiceBillingView[]>> },
+  principal: Principal,
+  orderId: number,
+): Promise<OrderRecord | null> {
+  const order = await getOrder(db, principal.accountId, orderId);
+  if (!order) return null;
+  const services = (await billing.servicesOfOrders([orderId])).get(orderId) ?? [];
+  return canSeeOrder(principal, services.map((s) => s.service_id)) ? order : null;
+}
+
+/**
+ * Loads invoices and created services of some orders and presents those the principal may see
+ * (canSeeOrder): an order with a service the credential cannot see is left out entirely.
  */
 export async function presentOrders(
   db: Knex,
@@ -95,15 +117,15 @@ export async function presentOrders(
   const serviceIds = [...billingByOrder.values()].flat().map((b) => b.service_id);
   const rows: ServiceRow[] = serviceIds.length ? await db('services').whereIn('id', serviceIds) : [];
   const byId = new Map(rows.map((r) => [Number(r.id), r]));
-  return orders.map((order) =>
-    presentOrder(
-      order,
-      invoices.get(Number(order.id)) ?? null,
-      (billingByOrder.get(Number(order.id)) ?? [])
-        .filter((b) => byId.has(b.service_id) && canSeeService(principal, b.service_id))
-        .map((b) => ({ row: byId.get(b.service_id)!, billing: b })),
-    ),
-  );
+  return orders
+    .filter((order) => canSeeOrder(principal, (billingByOrder.get(Number(order.id)) ?? []).map((b) => b.service_id)))
+    .map((order) =>
+      presentOrder(
+        order,
+        invoices.get(Number(order.id)) ?? null,
+        (billingByOrder.get(Number(order.id)) ?? []).filter((b) => byId.has(b.service_id)).map((b) => ({ row: byId.get(b.service_id)!, billing: b })),
+      ),
+    );
 }
 
 /**
@@ -175,4 +197,17 @@ export function validateOptions(
     options[def.name] = value;
   }
   return { options, errors };
+}
+
+/**
+ * Voids the order an `orders.create` operation recorded when that operation is closed because no
+ * workflow ever ran it (the orphan sweeper): an order still pending with no invoice is cancelled
+ * and gives its promo code use back. Billing never saw it (the workflow issues the invoice).
+ */
+export async function voidOrderOfAbandonedOperation(trx: Knex.Transaction, operationId: string): Promise<void> {
+  const order = await trx('orders').where({ operation_id: operationId }).forUpdate().first();
+  if (!order || order.status !== 'pending') return;
+  if (await trx('invoices').where({ order_id: order.id }).first()) return;
+  await trx('orders').where({ id: order.id }).update({ status: 'cancelled', cancelled_at: trx.fn.now(), updated_at: trx.fn.now() });
+  if (order.promo_code) await trx('promo_codes').where({ code: order.promo_code }).where('uses', '>', 0).decrement('uses', 1);
 }

@@ -115,13 +115,18 @@ export async function dropRootPassword(db: Knex, operationId: string): Promise<v
 }
 
 /** Clears the reinstalling flag of this operation and drops a password that was never used. */
-export async function endReinstall(db: Knex, operationId: string, serviceId: number): Promise<void> {
-  await db.transaction(async (trx) => {
-    await trx('vps_servers')
-      .where({ service_id: serviceId, reinstall_operation_id: operationId })
-      .update({ reinstall_operation_id: null, updated_at: trx.fn.now() });
-    await trx('vps_reinstall_secrets').where({ operation_id: operationId }).delete();
-  });
+export async function endReinstall(db: Knex, operationId: string): Promise<void> {
+  await db.transaction((trx) => releaseReinstall(trx, operationId));
+}
+
+/**
+ * Gives back what a reinstall's request claimed (the flag, the sealed password): at its end, or when
+ * the operation is closed because no workflow ever ran it (the orphan sweeper), so a VPS is never
+ * left locked by an operation that will not finish.
+ */
+export async function releaseReinstall(trx: Knex.Transaction, operationId: string): Promise<void> {
+  await trx('vps_servers').where({ reinstall_operation_id: operationId }).update({ reinstall_operation_id: null, updated_at: trx.fn.now() });
+  await trx('vps_reinstall_secrets').where({ operation_id: operationId }).delete();
 }
 
 export async function recordHostname(db: Knex, serviceId: number, hostname: string): Promise<void> {

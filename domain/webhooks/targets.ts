@@ -144,6 +144,46 @@ export interface TargetPolicy {
   allowInsecure: boolean;
 }
 
+/**
+ * The control plane's own local services, which a loopback target may never reach, even with
+ * WEBHOOK_ALLOW_INSECURE_TARGETS: the API (its loopback-only `/_dev` stand-ins act on any account),
+ * the Temporal frontend, its HTTP API and the UI. Each process registers the ports it knows when it
+ * starts (api/bootstrap.ts, api/server.ts, workers/worker.ts: `protectLocalPorts(localServicePorts(config))`),
+ * and a path under `/_dev` is refused on every loopback port, whatever listens there.
+ */
+const protectedLocalPorts = new Set<number>();
+
+export function protectLocalPorts(ports: Iterable<number>): void {
+  for (const port of ports) if (Number.isInteger(port) && port > 0) protectedLocalPorts.add(port);
+}
+
+/** The ports of the local services a configuration names: API, Temporal frontend and UI, and WEBHOOK_PROTECTED_PORTS. */
+export function localServicePorts(config: { PORT: number; TEMPORAL_ADDRESS: string; TEMPORAL_UI_URL: string; WEBHOOK_PROTECTED_PORTS: number[] }): number[] {
+  const temporalPort = Number(config.TEMPORAL_ADDRESS.split(':').pop());
+  let uiPort = NaN;
+  try {
+    const ui = new URL(config.TEMPORAL_UI_URL);
+    uiPort = Number(ui.port || (ui.protocol === 'https:' ? 443 : 80));
+  } catch {
+    // not a URL: nothing to protect from it
+  }
+  return [config.PORT, temporalPort, uiPort, ...config.WEBHOOK_PROTECTED_PORTS].filter((p) => Number.isInteger(p) && p > 0);
+}
+
+/** Why a loopback target must not be called (one of the control plane's own services), or null. */
+function localServiceRefusal(url: URL): string | null {
+  const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+  if (protectedLocalPorts.has(port)) return `port ${port} on this machine belongs to the control plane (its API, Temporal or the Temporal UI); webhook targets cannot reach it`;
+  let path = url.pathname;
+  try {
+    path = decodeURIComponent(path);
+  } catch {
+    // judge the raw path
+  }
+  if (path.replace(/\/+/g, '/').toLowerCase().startsWith('/_dev')) return 'paths under /_dev are the control plane\'s local stand-ins; webhook targets cannot reach them';
+  return null;
+}
+
 export function isAllowedAddress(address: string, policy: TargetPolicy): { ok: true } | { ok: false; class: AddressClass } {
   const cls = classifyAddress(address);
   if (cls === 'public' || (cls === 'loopback' && policy.allowInsecure)) return { ok: true };
@@ -214,6 +254,10 @@ export async function resolveTarget(url: URL, policy: TargetPolicy, lookup: Look
       throw new TargetRejected(
         `${shown} is ${/^[aeiou]/.test(verdict.class) ? 'an' : 'a'} ${verdict.class} address; webhook targets must be publicly reachable`,
       );
+    }
+    if (classifyAddress(a.address) === 'loopback') {
+      const refusal = localServiceRefusal(url);
+      if (refusal) throw new TargetRejected(refusal);
     }
   }
   return addresses;

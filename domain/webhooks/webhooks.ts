@@ -7,7 +7,7 @@ import { formatId, parseNumericId, parseUlidId } from '../../common/ids';
 import { notFound } from '../../api/errors';
 import { iso } from '../../api/schemas';
 import { EVENT_TYPES } from '../events';
-import type { Principal } from '../principal';
+import { canSeeService, visibleServiceIds, type Principal } from '../principal';
 import type { TemporalGateway } from '../temporal';
 
 /** Keyring purpose of the sealed webhook secrets (never stored, logged or passed to a workflow in clear). */
@@ -71,7 +71,7 @@ export function presentWebhookWithSecret(row: WebhookRow, secret: string) {
 }
 
 /** The delivery record (DECISIONS "Webhook delivery record"). `body` is the exact signed string. */
-export function presentDelivery(row: DeliveryRow) {
+export function presentDelivery(row: DeliveryRow, redactBody = false) {
   return {
     object: 'webhook_delivery' as const,
     id: row.id,
@@ -80,13 +80,35 @@ export function presentDelivery(row: DeliveryRow) {
     event_type: row.event_type,
     status: row.status,
     attempts: row.attempts,
-    body: row.body,
+    body: redactBody ? null : row.body,
     last_status: row.last_status,
     last_error: row.last_error,
     next_attempt_at: iso(row.next_attempt_at),
     created_at: iso(row.created_at),
     delivered_at: iso(row.delivered_at),
   };
+}
+
+/**
+ * Delivery records as the principal may read them. A credential narrowed to some services (key
+ * allowlist, user per-service permissions) still sees every delivery of the account's webhooks, but
+ * the body of an event about a service it cannot see is redacted to `null` (docs/security.md).
+ */
+export async function presentDeliveriesFor(db: Knex, principal: Principal, rows: DeliveryRow[]) {
+  if (visibleServiceIds(principal) === null || rows.length === 0) return rows.map((row) => presentDelivery(row));
+  const events: Array<{ id: string; service_id: number | null }> = await db('events')
+    .whereIn(
+      'id',
+      rows.map((r) => r.event_id),
+    )
+    .select('id', 'service_id');
+  const serviceOf = new Map(events.map((e) => [e.id, e.service_id === null ? null : Number(e.service_id)]));
+  return rows.map((row) => {
+    const serviceId = serviceOf.get(row.event_id);
+    // An event no longer on record cannot be placed: redacted too.
+    const hidden = serviceId === undefined || (serviceId !== null && !canSeeService(principal, serviceId));
+    return presentDelivery(row, hidden);
+  });
 }
 
 /** A webhook of the principal's account, or 404. */

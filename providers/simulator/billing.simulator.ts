@@ -58,6 +58,25 @@ export function presentInvoice(row: InvoiceRow): InvoiceView {
   };
 }
 
+interface PromoRow {
+  active: boolean;
+  expires_at: Date | null;
+  max_uses: number | null;
+  uses: number;
+  product_slugs: string[] | null;
+  billing_cycles: string[] | null;
+}
+
+/** Why a promo code cannot be used for this product and cycle (shown after "The promo code"), or null. */
+function promoRefusal(row: PromoRow | undefined, product: ProductRecord, cycle: BillingCycle): string | null {
+  if (!row || !row.active) return 'is not a valid promo code';
+  if (row.expires_at && new Date(row.expires_at).getTime() <= Date.now()) return 'has expired';
+  if (row.max_uses !== null && row.uses >= row.max_uses) return 'has been used up';
+  if (row.product_slugs && !row.product_slugs.includes(product.slug)) return `does not apply to the product "${product.slug}"`;
+  if (row.billing_cycles && !row.billing_cycles.includes(cycle)) return `does not apply to the billing cycle "${cycle}"`;
+  return null;
+}
+
 /**
  * The billing backend, simulated in PostgreSQL in its own tables (products, prices, payment methods,
  * promo codes, invoices, billing_accounts, service_billing); it never writes the control plane's.
@@ -122,13 +141,8 @@ export class BillingSimulator implements BillingProvider {
 
   private async checkPromoIn(db: Knex | Knex.Transaction, code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {
     const row = await db('promo_codes').where({ code }).first();
-    const refuse = (reason: string): PromoCheck => ({ ok: false, percentOff: 0, reason });
-    if (!row || !row.active) return refuse('is not a valid promo code');
-    if (row.expires_at && new Date(row.expires_at).getTime() <= Date.now()) return refuse('has expired');
-    if (row.max_uses !== null && row.uses >= row.max_uses) return refuse('has been used up');
-    if (row.product_slugs && !row.product_slugs.includes(product.slug)) return refuse(`does not apply to the product "${product.slug}"`);
-    if (row.billing_cycles && !row.billing_cycles.includes(cycle)) return refuse(`does not apply to the billing cycle "${cycle}"`);
-    return { ok: true, percentOff: Number(row.percent_off) };
+    const reason = promoRefusal(row, product, cycle);
+    return reason ? { ok: false, percentOff: 0, reason } : { ok: true, percentOff: Number(row.percent_off) };
   }
 
   async redeemPromo(trxArg: unknown, code: string, product: ProductRecord, cycle: BillingCycle): Promise<PromoCheck> {

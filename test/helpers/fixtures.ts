@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
-import { randomBytes } from 'node:crypto';
-import { hashPassword, sha256Hex } from '../../common/crypto';
+import { randomBytes, scryptSync } from 'node:crypto';
+import { sha256Hex } from '../../common/crypto';
 import { newApiKeyToken, newSessionToken } from '../../domain/credentials';
 import { DEFAULT_CAPABILITIES } from '../../domain/capabilities';
 
@@ -14,22 +14,29 @@ export async function createAccount(db: Knex, fields: { credit?: number; currenc
   return { accountId: Number(row.id) };
 }
 
-// One hash for every fixture user: scrypt is deliberately slow.
-let passwordHash: Promise<string> | null = null;
 export const FIXTURE_PASSWORD = 'correct horse battery staple';
+/**
+ * One hash for every fixture user, made with cheap scrypt parameters (N=2^10): production's (2^17,
+ * common/crypto.ts) take most of a second per sign-in, and tests sign in often. The API treats it as
+ * any hash of older parameters: it verifies, and a successful sign-in replaces it with a full one.
+ */
+const passwordHash = (() => {
+  const salt = randomBytes(16);
+  const key = scryptSync(FIXTURE_PASSWORD.normalize('NFKC'), salt, 32, { N: 1024, r: 8, p: 1 });
+  return `scrypt$1024$8$1$${salt.toString('base64')}$${key.toString('base64')}`;
+})();
 
 export async function createUser(
   db: Knex,
   accountId: number,
   opts: { isOwner?: boolean; scopes?: string[]; serviceIds?: number[] | null; email?: string } = {},
 ) {
-  passwordHash ??= hashPassword(FIXTURE_PASSWORD);
   const email = opts.email ?? `user-${randomBytes(4).toString('hex')}@test.example`;
   const [row] = await db('users')
     .insert({
       account_id: accountId,
       email,
-      password_hash: await passwordHash,
+      password_hash: passwordHash,
       is_owner: opts.isOwner ?? false,
       scopes: opts.scopes ?? [],
       all_services: opts.serviceIds == null,

@@ -18,6 +18,7 @@ import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './tem
 import { httpClient, type HttpClient } from './http';
 import { createAccount, createApiKey, createSession, createUser } from './fixtures';
 import { ALL_SCOPES } from '../../domain/scopes';
+import { protectLocalPorts } from '../../domain/webhooks/targets';
 
 export interface StackOptions {
   /** Which Temporal server backs the stack; 'none' for tests that need no workflow. */
@@ -28,6 +29,8 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** Collect every log line of the API and the worker here (at LOG_LEVEL, `trace` to see all). */
   logLines?: string[];
+  /** Test-only activities registered on the worker beside the real ones. */
+  extraActivities?: Record<string, (...args: any[]) => Promise<unknown>>;
 }
 
 export interface Stack {
@@ -98,6 +101,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
   });
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // The API listens on a port of its own, and the Temporal server too: webhook targets may not reach them.
+  protectLocalPorts([(server.address() as AddressInfo).port, ...(temporal ? [Number(temporal.address.split(':').pop())] : [])]);
 
   let worker: Worker | null = null;
   let background: BackgroundService[] = [];
@@ -112,6 +117,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       temporalClient: temporal.client,
       taskQueue,
       workflowBundle: workflowBundle(),
+      extraActivities: options.extraActivities,
     }));
     for (const service of background) await service.start();
     running = worker!.run();

@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, log, TimeoutFailure } from '@temporalio/workflow';
 import { OperationTracker, type OperationError, type OperationInput } from './operation';
 
 /**
@@ -18,15 +18,32 @@ export class StepFailed extends Error {
   }
 }
 
-/** The operation's `error` for a failed step: `upstream_error`, the step, and what the backend said. */
+/** Failures whose message the backend wrote for customers (providers/errors.ts), as activities report them. */
+const CUSTOMER_MESSAGES = new Set(['BackendRefusedError', 'BackendGoneError']);
+
+/**
+ * The operation's public `error` for a failed step: `upstream_error`, the step, a message written for
+ * customers and, when the backend gave one, its stable `backend_code` (`refused`, `gone`, a
+ * refusal's own code, `unavailable`, `timeout`). Only a backend's refusal or a vanished resource
+ * carries the backend's own words, which providers write for customers; anything else (a database
+ * error, a bug, a stack) is reduced to a plain sentence here and its text goes to the worker's log.
+ */
 export function upstreamError(err: unknown, step: string, backend: string): OperationError {
   if (err instanceof StepFailed) return { code: 'upstream_error', message: err.message, step: err.step };
-  let message = err instanceof Error ? err.message : String(err);
-  if (err instanceof ActivityFailure) {
-    const cause = err.cause;
-    message = cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : message;
+  const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (cause instanceof ApplicationFailure && CUSTOMER_MESSAGES.has(cause.type ?? '')) {
+    const detail = (cause.details?.[0] ?? {}) as { code?: string };
+    const backendCode = detail.code ?? (cause.type === 'BackendGoneError' ? 'gone' : 'refused');
+    return { code: 'upstream_error', message: `The ${backend} did not complete this step: ${cause.message}`, step, backend_code: backendCode };
   }
-  return { code: 'upstream_error', message: `The ${backend} did not complete this step: ${message}`, step };
+  log.warn('operation step failed', { step, backend, error: err instanceof Error ? `${err.message}${cause instanceof Error && cause !== err ? `: ${cause.message}` : ''}` : String(err) });
+  if (cause instanceof ApplicationFailure && cause.type === 'BackendUnavailableError') {
+    return { code: 'upstream_error', message: `The ${backend} did not answer; this step was not completed.`, step, backend_code: 'unavailable' };
+  }
+  if (cause instanceof TimeoutFailure) {
+    return { code: 'upstream_error', message: `The ${backend} did not complete this step in time.`, step, backend_code: 'timeout' };
+  }
+  return { code: 'upstream_error', message: `The ${backend} did not complete this step.`, step };
 }
 
 export interface OperationRun<R> {

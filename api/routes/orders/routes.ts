@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { formatId, parseNumericId } from '../../../common/ids';
 import { prepareZoneOrder } from '../../../domain/dns/store';
-import { presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
+import { findVisibleOrder, presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
 import { type BillingCycle } from '../../../providers/billing.provider';
 import { cancelOrder, createOrder, getOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
 import { orderCancelledSignal } from '../../../workflows/orders/signals';
@@ -169,7 +169,8 @@ export const orderRoutes = [
     path: '/v1/orders',
     operationId: 'listOrders',
     summary: 'List the account\'s orders',
-    description: 'Newest first, with each order\'s invoice and created services. Filter by `status`.',
+    description:
+      'Newest first, with each order\'s invoice and created services. Filter by `status`. Orders whose service the credential cannot see are left out, so a page may hold fewer than `limit` orders while `has_more` is true.',
     tag: 'Orders',
     scope: 'orders:read',
     credential: 'credential',
@@ -191,7 +192,7 @@ export const orderRoutes = [
     path: '/v1/orders/{id}',
     operationId: 'getOrder',
     summary: 'Get an order with its invoice and created services',
-    description: 'Another account\'s order is `404`.',
+    description: 'Another account\'s order, or one whose service the credential cannot see, is `404`.',
     tag: 'Orders',
     scope: 'orders:read',
     credential: 'credential',
@@ -200,7 +201,7 @@ export const orderRoutes = [
     responses: [{ status: 200, description: 'The order', schema: OrderSchema }],
     async handler({ params, principal, deps }) {
       const id = parseNumericId('ord', params.id);
-      const order = id === null ? null : await getOrder(deps.db, principal.accountId, id);
+      const order = id === null ? null : await findVisibleOrder(deps.db, deps.providers.billing, principal, id);
       if (!order) throw notFound('order');
       const [view] = await presentOrders(deps.db, deps.providers.billing, principal, [order]);
       return { body: view };
@@ -212,7 +213,7 @@ export const orderRoutes = [
     operationId: 'cancelOrder',
     summary: 'Cancel an order',
     description:
-      'An unpaid order is voided at once with its invoice, and its operation fails with `order_cancelled`. An active order gets a cancellation request per service (`type`: `immediate` or `end_of_cycle`, default `end_of_cycle`) that billing carries out; nothing is destroyed by this call. Cancelling again answers the order as it is.',
+      'An order whose service the credential cannot see is `404`. An unpaid order is voided at once with its invoice, and its operation fails with `order_cancelled`. An active order gets a cancellation request per service (`type`: `immediate` or `end_of_cycle`, default `end_of_cycle`) that billing carries out; nothing is destroyed by this call. Cancelling again answers the order as it is.',
     tag: 'Orders',
     scope: 'orders:write',
     credential: 'credential',
@@ -223,7 +224,9 @@ export const orderRoutes = [
     responses: [{ status: 200, description: 'The order after the cancellation', schema: OrderSchema }],
     async handler({ params, body, principal, deps }) {
       const id = parseNumericId('ord', params.id);
-      const outcome = id === null ? null : await cancelOrder(deps.db, deps.providers.billing, principal.accountId, id, { type: body.type, reason: body.reason ?? null });
+      // An order whose service the credential cannot see is as missing as any invisible resource.
+      const visible = id === null ? null : await findVisibleOrder(deps.db, deps.providers.billing, principal, id);
+      const outcome = visible === null ? null : await cancelOrder(deps.db, deps.providers.billing, principal.accountId, Number(visible.id), { type: body.type, reason: body.reason ?? null });
       if (!outcome) throw notFound('order');
       if (outcome.kind === 'voided') {
         // The void is committed; the signal only spares the workflow its periodic re-read.

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
-import { requireCapability } from '../../../domain/services';
+import { requireActionable, requireCapability } from '../../../domain/services';
 import {
   claimReinstall,
   findVisibleVps,
@@ -69,16 +69,21 @@ async function findOwnBackup(deps: AppDeps, server: VpsServerRow, backupId: stri
 
 const resourceOf = (target: VpsTarget) => ({ object: 'vps' as const, id: formatId('svc', target.service.id) });
 
-/** A visible VPS whose `capability` is true, with the machine that backs it (409 when it has none yet). */
-async function machineTarget(deps: AppDeps, principal: Principal, id: string, capability: string) {
+/**
+ * A visible VPS whose `capability` is true, with the machine that backs it (409 when it has none yet).
+ * With `action` (what the request does, for the message), a mutation: refused with 409 while billing
+ * has the service suspended or terminated.
+ */
+async function machineTarget(deps: AppDeps, principal: Principal, id: string, capability: string, action?: string) {
   const target = await findVisibleVps(deps.db, principal, id);
   requireCapability(target.service, capability);
+  if (action) requireActionable(target.service, action);
   return { target, server: requireMachine(target) };
 }
 
 /** The VPS a power, backup or restore action acts on: a machineTarget not being reinstalled (409 names `what`). */
 async function actionTarget(deps: AppDeps, principal: Principal, id: string, capability: string, what: string) {
-  const action = await machineTarget(deps, principal, id, capability);
+  const action = await machineTarget(deps, principal, id, capability, what);
   refuseWhileReinstalling(action.server, what);
   return action;
 }
@@ -161,7 +166,7 @@ export const vpsRoutes = [
     exampleBody: { hostname: 'web-2.example.com' },
     responses: [{ status: 200, description: 'The VPS after the rename', schema: VpsSchema }],
     async handler({ params, body, principal, deps }) {
-      const { target, server } = await machineTarget(deps, principal, params.id, 'rename');
+      const { target, server } = await machineTarget(deps, principal, params.id, 'rename', 'a rename');
       await deps.providers.hypervisor.setHostname(server.vmid, body.hostname);
       await recordHostname(deps.db, server.service_id, body.hostname);
       const live = await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.hypervisor.status(server.vmid));
@@ -287,7 +292,7 @@ export const vpsRoutes = [
     exampleBody: { type: 'vnc' },
     responses: [{ status: 201, description: 'The console ticket', schema: ConsoleTicketSchema }],
     async handler({ params, body, principal, deps }) {
-      const { server } = await machineTarget(deps, principal, params.id, 'console');
+      const { server } = await machineTarget(deps, principal, params.id, 'console', 'a console');
       if (body.type === 'spice' && server.type !== 'qemu') throw unsupportedForProduct('console type spice');
       const grant = await deps.providers.hypervisor.consoleTicket(server.vmid, body.type);
       return {
@@ -336,7 +341,7 @@ export const vpsRoutes = [
     exampleBody: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long and random passphrase' },
     responses: [{ status: 202, description: 'The `vps.reinstall` operation', schema: OperationSchema }],
     async handler({ params, body, principal, deps }) {
-      const { target, server } = await machineTarget(deps, principal, params.id, 'reinstall');
+      const { target, server } = await machineTarget(deps, principal, params.id, 'reinstall', 'a reinstall');
       refuseWhileReinstalling(server, 'another reinstall');
       const templates = await deps.providers.hypervisor.templates(server.vmid);
       if (!templates.some((t) => t.id === body.template)) {
@@ -413,7 +418,7 @@ export const vpsRoutes = [
     params: backupParams,
     responses: [{ status: 204, description: 'Deleted' }],
     async handler({ params, principal, deps }) {
-      const { server } = await machineTarget(deps, principal, params.id, 'backups');
+      const { server } = await machineTarget(deps, principal, params.id, 'backups', 'deleting a backup');
       const backup = await findOwnBackup(deps, server, params.backup_id);
       if (!(await deps.providers.hypervisor.deleteBackup(backup.volid))) throw notFound('backup');
       return { status: 204 };

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { formatId, newUlidId } from '../../../common/ids';
 import { emitEvent } from '../../../domain/events';
 import { checkTarget, TargetRejected } from '../../../domain/webhooks/targets';
-import { eventBody, findDelivery, findWebhook, MAX_WEBHOOKS_PER_ACCOUNT, newWebhookSecret, presentDelivery, presentWebhook, presentWebhookWithSecret, restartDeliveryWorkflow, SUBSCRIBABLE_EVENTS, WEBHOOK_SECRET_PURPOSE, type DeliveryRow, type WebhookRow } from '../../../domain/webhooks/webhooks';
+import { eventBody, findDelivery, findWebhook, MAX_WEBHOOKS_PER_ACCOUNT, newWebhookSecret, presentDeliveriesFor, presentDelivery, presentWebhook, presentWebhookWithSecret, restartDeliveryWorkflow, SUBSCRIBABLE_EVENTS, WEBHOOK_SECRET_PURPOSE, type DeliveryRow, type WebhookRow } from '../../../domain/webhooks/webhooks';
 import type { AppDeps } from '../../deps';
 import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../../errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
@@ -250,7 +250,7 @@ export const webhookRoutes = [
     path: '/v1/webhooks/{id}/deliveries',
     operationId: 'listWebhookDeliveries',
     summary: 'List the deliveries of a webhook',
-    description: 'Newest first, each with the exact signed body.',
+    description: 'Newest first, each with the exact signed body (`null` when the event is about a service the credential cannot see).',
     tag: 'Webhooks',
     scope: 'account:read',
     credential: 'credential',
@@ -269,7 +269,7 @@ export const webhookRoutes = [
         limit: query.limit,
         cursor: query.cursor,
       });
-      return { body: listEnvelope(page.rows.map(presentDelivery), page) };
+      return { body: listEnvelope(await presentDeliveriesFor(deps.db, principal, page.rows), page) };
     },
   }),
   defineRoute({
@@ -286,7 +286,8 @@ export const webhookRoutes = [
     responses: [{ status: 200, description: 'The delivery', schema: WebhookDeliverySchema }],
     async handler({ params, principal, deps }) {
       const webhook = await findWebhook(deps.db, principal, params.id);
-      return { body: presentDelivery(await findDelivery(deps.db, webhook, params.delivery_id)) };
+      const [view] = await presentDeliveriesFor(deps.db, principal, [await findDelivery(deps.db, webhook, params.delivery_id)]);
+      return { body: view };
     },
   }),
   defineRoute({
@@ -322,7 +323,8 @@ export const webhookRoutes = [
           .update({ status: before.status, next_attempt_at: before.next_attempt_at, delivered_at: before.delivered_at });
         throw backendUnavailable('webhooks');
       }
-      return { body: presentDelivery(requeued) };
+      const [view] = await presentDeliveriesFor(deps.db, principal, [requeued]);
+      return { body: view };
     },
   }),
 ];

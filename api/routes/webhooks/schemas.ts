@@ -30,7 +30,10 @@ export const WebhookDeliverySchema = z
     event_type: z.string(),
     status: z.enum(['queued', 'delivered', 'failed']),
     attempts: z.number().int().meta({ description: 'HTTP attempts made for this delivery (redeliveries included).' }),
-    body: z.string().meta({ description: 'The exact signed request body.' }),
+    body: z
+      .string()
+      .nullable()
+      .meta({ description: 'The exact signed request body; `null` for a credential that cannot see the service the event is about (docs/security.md).' }),
     last_status: z.number().int().nullable().meta({ description: 'HTTP status of the last attempt; null when it got no answer.' }),
     last_error: z.string().nullable(),
     next_attempt_at: ts,

@@ -1,0 +1,115 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { legacyRequestHash } from '../domain/idempotency';
+import { RetentionSweeper } from '../workers/retention-sweeper';
+import { startStack, type Stack } from './helpers/stack';
+import { createVps, waitForOperation } from './vps.support';
+
+/**
+ * Idempotency records that outlive their request: a process that died holding a key (taken over
+ * safely, or answered with the operation it created), records past their 24 hours (reused, and
+ * swept), and fingerprints keyed with the instance's keyring.
+ */
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(() => stack?.close());
+
+/** A timestamp with microseconds, as PostgreSQL keeps them (the driver reads back milliseconds). */
+const pgTime = (msAgo: number) => stack.db.raw(`now() - make_interval(secs => ?) + interval '0.000123 seconds'`, [msAgo / 1000]);
+
+async function staleRecord(key: string, path: string, body: unknown, fields: Record<string, unknown> = {}) {
+  const { requestFingerprint } = await import('../domain/idempotency');
+  await stack.db('idempotency_keys').insert({
+    account_id: stack.owner.accountId,
+    key,
+    method: 'POST',
+    path,
+    request_hash: requestFingerprint(stack.api.deps.keyring, { method: 'POST', path, body }),
+    state: 'running',
+    created_at: pgTime(5 * 60_000),
+    locked_at: pgTime(5 * 60_000),
+    expires_at: stack.db.raw(`now() + interval '23 hours'`),
+    ...fields,
+  });
+}
+
+describe('idempotency records', () => {
+  it('takes over a key whose request died before it created anything, and runs it once', async () => {
+    const vps = await createVps(stack);
+    const path = `/v1/vps/${vps.id}/power`;
+    await staleRecord('died-early', path, { action: 'stop' });
+    const res = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'died-early' } });
+    expect(res.status, res.text).toBe(202);
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+    const again = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'died-early' } });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body.id).toBe(res.body.id);
+    expect(await stack.db('operations').where({ service_id: vps.serviceId })).toHaveLength(1);
+    await waitForOperation(stack, res.body.id);
+  });
+
+  it('answers with the operation a dead request had created, instead of starting another', async () => {
+    const vps = await createVps(stack);
+    const path = `/v1/vps/${vps.id}/power`;
+    const first = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' } });
+    expect(first.status).toBe(202);
+    // As if the API had died after the operation's transaction, before storing the answer.
+    await staleRecord('died-late', path, { action: 'stop' }, { operation_id: first.body.id });
+    const retry = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'died-late' } });
+    expect(retry.status, retry.text).toBe(202);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.headers.get('location')).toBe(`/v1/operations/${first.body.id}`);
+    expect(retry.body).toMatchObject({ id: first.body.id, type: 'vps.power' });
+    expect(await stack.db('operations').where({ service_id: vps.serviceId })).toHaveLength(1);
+    await waitForOperation(stack, first.body.id);
+  });
+
+  it('binds the key to the operation its request creates', async () => {
+    const vps = await createVps(stack);
+    const res = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'bound' } });
+    expect(res.status).toBe(202);
+    const row = await stack.db('idempotency_keys').where({ account_id: stack.owner.accountId, key: 'bound' }).first();
+    expect(row).toMatchObject({ state: 'done', operation_id: res.body.id });
+    await waitForOperation(stack, res.body.id);
+  });
+
+  it('still answers 409 while the request holding the key may be alive', async () => {
+    const path = '/v1/vps/svc_1/power';
+    await staleRecord('alive', path, { action: 'stop' }, { locked_at: pgTime(1_000) });
+    const res = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'alive' } });
+    expect(res.status).toBe(409);
+    expect(res.body.error.code).toBe('idempotency_key_in_use');
+  });
+
+  it('reuses a key past its 24 hours, and the sweeper deletes such records', async () => {
+    const vps = await createVps(stack);
+    const path = `/v1/vps/${vps.id}/power`;
+    await staleRecord('expired', path, { action: 'start' }, { state: 'done', response_status: 202, response_body: JSON.stringify({}), expires_at: pgTime(1_000) });
+    const res = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'expired' } });
+    expect(res.status, res.text).toBe(202);
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+    await waitForOperation(stack, res.body.id);
+
+    await staleRecord('to-sweep', path, { action: 'stop' }, { expires_at: pgTime(1_000) });
+    const swept = await new RetentionSweeper({ db: stack.db, config: stack.config, logger: stack.api.deps.logger }).sweep();
+    expect(swept.idempotencyKeys).toBeGreaterThanOrEqual(1);
+    expect(await stack.db('idempotency_keys').where({ key: 'to-sweep' })).toEqual([]);
+    expect(await stack.db('idempotency_keys').where({ key: 'expired' })).toHaveLength(1);
+  });
+
+  it('stores a keyed fingerprint: a body with a password cannot be tested against guesses', async () => {
+    const vps = await createVps(stack);
+    const path = `/v1/vps/${vps.id}/reinstall`;
+    const body = { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'correct horse battery' };
+    const res = await stack.http.post(path, { token: stack.owner.key, body, headers: { 'idempotency-key': 'with-password' } });
+    expect(res.status, res.text).toBe(202);
+    const row = await stack.db('idempotency_keys').where({ key: 'with-password' }).first();
+    expect(row.request_hash).toMatch(/^hmac-sha256:[0-9a-f]{64}$/);
+    expect(row.request_hash).not.toContain(legacyRequestHash({ method: 'POST', path, body }));
+    expect(JSON.stringify(row)).not.toContain('correct horse battery');
+    const replay = await stack.http.post(path, { token: stack.owner.key, body, headers: { 'idempotency-key': 'with-password' } });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    await waitForOperation(stack, res.body.id, 60_000);
+  });
+});
