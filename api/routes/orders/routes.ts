@@ -3,7 +3,7 @@ import { formatId, parseNumericId } from '../../../common/ids';
 import { prepareZoneOrder } from '../../../domain/dns/store';
 import { findVisibleOrder, presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
 import { type BillingCycle } from '../../../providers/billing.provider';
-import { cancelOrder, createOrder, getOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
+import { cancelOrder, createOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
 import { orderCancelledSignal } from '../../../workflows/orders/signals';
 import type { AppDeps } from '../../deps';
 import { ApiError, notFound, validationFailed, type FieldError } from '../../errors';
