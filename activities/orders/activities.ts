@@ -1,3 +1,4 @@
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { moveServiceStatus, presentService, type ServiceRow } from '../../domain/services';
@@ -37,6 +38,11 @@ export function createOrderActivities({
   }
 
   async function paymentState(orderId: number, issue: boolean): Promise<OrderPaymentState> {
+    // Taken back with its operation when the workflow's start timed out: a run that starts anyway
+    // fails for good here instead of retrying for ever (nothing was issued or charged).
+    if (!(await billing.getOrderById(orderId))) {
+      throw ApplicationFailure.create({ message: `order ${orderId} does not exist: its request was given up`, type: 'OrderGone', nonRetryable: true });
+    }
     const invoice = issue ? await billing.issueInvoice(orderId) : await billing.getInvoiceForOrder(orderId);
     const order = await billing.getOrderById(orderId);
     if (!order || !invoice) throw new Error(`order ${orderId} has no invoice yet`);
