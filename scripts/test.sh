@@ -17,6 +17,7 @@ status=0
 node_modules/.bin/vitest run --reporter=default --reporter=json --outputFile.json="$report" "$@" || status=$?
 # One plain closing line for CI: "N passed, N failed".
 if [ -f "$report" ]; then
-  node -e 'const r=require(process.argv[1]); console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : ""))' "$PWD/$report"
+  # A file that fails outside its tests (a hook timing out) fails no test but does fail the run: say so.
+  node -e 'const r=require(process.argv[1]); const files=r.testResults.filter((f)=>f.status==="failed"&&f.assertionResults.every((a)=>a.status!=="failed")).length; console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : "") + (files ? `, ${files} test file(s) failed outside their tests` : ""))' "$PWD/$report"
 fi
 exit "$status"

@@ -192,6 +192,13 @@ describe('operations through Temporal', () => {
       expect(tasks, `closed=${closed}`).toEqual([]);
       expect(((await stack.db('operations').where({ id }).first()) ?? null)?.status ?? null).toBe(closed ? 'failed' : null);
     }
+    // An order taken back with its operation: the late run fails for good instead of retrying for ever.
+    const orderRun = await stack.temporal!.client.workflow.start('orderWorkflow', {
+      workflowId: newUlidId('op'),
+      taskQueue: stack.taskQueue,
+      args: [{ operationId: 'op_gone', orderId: 987654, activationTimeoutMs: 60_000 }],
+    });
+    await expect(orderRun.result()).rejects.toThrow();
   });
 });
 

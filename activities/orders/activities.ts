@@ -1,3 +1,4 @@
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { moveServiceStatus, presentService, type ServiceRow } from '../../domain/services';
@@ -40,7 +41,9 @@ export function createOrderActivities({
   /** Issues (or re-reads) the order's invoice and brings the order's status in line with it. */
   async function paymentState(orderId: number, issue: boolean): Promise<OrderPaymentState> {
     const order = await getOrderById(db, orderId);
-    if (!order) throw new Error(`order ${orderId} does not exist`);
+    // Taken back with its operation when the workflow's start timed out: a run that starts anyway
+    // fails for good here instead of retrying for ever (nothing was issued or charged).
+    if (!order) throw ApplicationFailure.create({ message: `order ${orderId} does not exist: its request was given up`, type: 'OrderGone', nonRetryable: true });
     const invoice = issue ? await billing.issueInvoice(billableOrder(order)) : await billing.getInvoiceForOrder(orderId);
     if (!invoice) throw new Error(`order ${orderId} has no invoice yet`);
     const current = (await followInvoice(db, orderId, invoice))!;
