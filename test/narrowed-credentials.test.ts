@@ -107,6 +107,12 @@ beforeAll(async () => {
     marker(`the hidden ${family} service id`, hidden[family].id);
     marker(`the hidden ${family} service label`, label);
   }
+  // Each dns service gets its zone (on the stack's DNS backend); routes name a zone, not a service.
+  for (const [id, zone] of [[visible.dns, 'visible-zone.example'], [hidden.dns.id, 'hidden-dns-label.example']]) {
+    const made = await stack.http.post(`/_dev/dns/${id}/zone`, { body: { zone } });
+    expect(made.status, made.text).toBe(200);
+  }
+  Object.assign(fill, { zone: 'visible-zone.example', name: '@', type: 'NS' });
   const visibleIds = Object.values(visible).map((id) => Number(id.slice(4)));
   const key = await createApiKey(stack.db, accountId, stack.owner.userId, {
     scopes: ALL_SCOPES.filter((s) => !SESSION_ONLY_SCOPES.includes(s)),

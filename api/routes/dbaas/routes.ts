@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
-import { requireCapability } from '../../../domain/services';
+import { requireActionable, requireCapability } from '../../../domain/services';
 import { adminPassword, changeAdminPassword, findVisibleDbaas, requireInstance, visibleDbaasQuery, type DbaasTarget } from '../../../domain/dbaas/store';
 import { checkDatabaseName, checkUsername, parseUserId } from '../../../domain/dbaas/validation';
 import type { DbUserRef } from '../../../providers/dbaas.provider';
@@ -52,9 +52,11 @@ const NO_INSTANCE = { status: 409, description: 'The service has no running inst
 const resourceOf = (target: DbaasTarget) => ({ object: 'dbaas' as const, id: formatId('svc', target.service.id) });
 
 /** A visible dbaas service whose `capability` is true, with its instance (409 while it has none). */
-async function instanceTarget(deps: AppDeps, principal: Principal, id: string, capability: string | null) {
+async function instanceTarget(deps: AppDeps, principal: Principal, id: string, capability: string | null, action?: string) {
   const target = await findVisibleDbaas(deps.db, principal, id);
   if (capability) requireCapability(target.service, capability);
+  // A change (named by `action`) needs a service that takes actions (409 when suspended, terminated...).
+  if (action) requireActionable(target.service, action);
   return { target, instance: requireInstance(target) };
 }
 
@@ -158,7 +160,7 @@ export const dbaasRoutes = [
     params: idParams,
     responses: [{ status: 200, description: 'The admin credentials', schema: DbaasCredentialsSchema }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'credentials');
+      const { instance } = await instanceTarget(deps, principal, params.id, 'credentials', 'revealing the admin credentials');
       return { body: { object: 'dbaas_credentials' as const, username: instance.admin_username, password: adminPassword(deps.keyring, instance) } };
     },
   }),
@@ -198,7 +200,7 @@ export const dbaasRoutes = [
     exampleBody: { name: 'shop' },
     responses: [{ status: 201, description: 'The database', schema: DbaasDatabaseSchema }, NO_INSTANCE],
     async handler({ params, body, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
+      const { instance } = await instanceTarget(deps, principal, params.id, 'databases', 'creating a database');
       const check = checkDatabaseName(body.name, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
       const spec =
@@ -220,7 +222,7 @@ export const dbaasRoutes = [
     params: databaseParams,
     responses: [{ status: 204, description: 'Dropped' }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
+      const { instance } = await instanceTarget(deps, principal, params.id, 'databases', 'dropping a database');
       if (!checkDatabaseName(params.name, instance.engine).ok) throw notFound('database');
       await orNotFound('database', () => deps.providers.dbaas.deleteDatabase(instance.instance, params.name));
       return { status: 204 };
@@ -263,7 +265,7 @@ export const dbaasRoutes = [
     exampleBody: { username: 'app', password: 'a long and random passphrase' },
     responses: [{ status: 201, description: 'The user', schema: DbaasUserSchema }, NO_INSTANCE],
     async handler({ params, body, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'creating a user');
       const check = checkUsername(body.username, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'username', message: check.message }]);
       const user = await deps.providers.dbaas.createUser(instance.instance, { username: body.username, password: body.password });
@@ -284,7 +286,7 @@ export const dbaasRoutes = [
     params: userParams,
     responses: [{ status: 204, description: 'Deleted' }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'deleting a user');
       const ref = userRef(params.username);
       await orNotFound('user', () => deps.providers.dbaas.deleteUser(instance.instance, ref));
       return { status: 204 };
@@ -306,7 +308,7 @@ export const dbaasRoutes = [
     exampleBody: { password: 'another long passphrase' },
     responses: [{ status: 204, description: 'Changed' }, NO_INSTANCE],
     async handler({ params, body, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
+      const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'changing a password');
       const ref = userRef(params.username);
       const isAdmin = ref.username === instance.admin_username && (ref.host === undefined || ref.host === '%' || instance.engine === 'postgresql');
       const onEngine = () => orNotFound('user', () => deps.providers.dbaas.setPassword(instance.instance, ref, body.password));
@@ -330,7 +332,7 @@ export const dbaasRoutes = [
     params: idParams,
     responses: [{ status: 202, description: 'The completed `dbaas.restart` operation', schema: OperationSchema }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
-      const { target, instance } = await instanceTarget(deps, principal, params.id, 'restart');
+      const { target, instance } = await instanceTarget(deps, principal, params.id, 'restart', 'a restart');
       await deps.providers.dbaas.restartInstance(instance.instance);
       const status = await deps.providers.dbaas.status(instance.instance);
       const op = await deps.operations.recordCompleted({
@@ -416,7 +418,7 @@ export const dbaasRoutes = [
     params: idParams,
     responses: [{ status: 202, description: 'The `dbaas.backup` operation', schema: OperationSchema }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
-      const { target, instance } = await instanceTarget(deps, principal, params.id, 'backups');
+      const { target, instance } = await instanceTarget(deps, principal, params.id, 'backups', 'a backup');
       // Accepted only while the instance answers (503 otherwise), so the 202 means the dump can start.
       await deps.providers.dbaas.status(instance.instance);
       return startOperation(deps, principal, {

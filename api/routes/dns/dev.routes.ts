@@ -4,7 +4,7 @@ import { DnsZoneProvisioner, zoneDefaults } from '../../../domain/dns/provisione
 import { findZoneOfService } from '../../../domain/dns/store';
 import { findServiceOfFamily } from '../../../domain/services';
 import { notFound } from '../../errors';
-import { defineRoute } from '../../route';
+import { defineDevRoute } from '../../route';
 import { idParam } from '../../schemas';
 import { presentZone } from './schemas';
 
@@ -13,16 +13,11 @@ import { presentZone } from './schemas';
  * zone on the DNS server, as provisioning an order does (for services made without an order).
  */
 export const dnsDevRoutes = [
-  defineRoute({
+  defineDevRoute({
     method: 'post',
     path: '/_dev/dns/{id}/zone',
     operationId: 'devDnsCreateZone',
     summary: 'Create the zone of a dns service on the DNS server (what provisioning does)',
-    tag: 'Development',
-    scope: null,
-    credential: 'none',
-    marks: [],
-    internal: true,
     params: z.object({ id: idParam('svc_2') }),
     body: z.object({ zone: z.string().min(1).max(300).optional().meta({ description: 'Default: the service label' }) }).strict(),
     responses: [{ status: 200, description: 'The zone' }],

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { FieldError } from '../../errors';
 import type { Principal } from '../../../domain/principal';
-import { requireCapability } from '../../../domain/services';
+import { requireActionable, requireCapability } from '../../../domain/services';
 import { backendErrors, backendIpProblem, canonicalIp, listenerErrors, normalizeListeners, planErrors } from '../../../domain/lb/listeners';
 import { findVisibleLb, lockBalancer, storeListeners, visibleServicesWithBalancerQuery, type LbTarget } from '../../../domain/lb/store';
 import { BackendRefusedError, liveRead } from '../../../providers/errors';
@@ -46,9 +46,11 @@ const NOT_BUILT = { status: 409, description: 'The balancer is not built yet (or
 const listenerListFingerprint = (serviceId: number) => listFingerprint('lb-listeners', { service: serviceId });
 const backendListFingerprint = (serviceId: number) => listFingerprint('lb-backends', { service: serviceId });
 
-async function capableTarget(deps: AppDeps, principal: Principal, id: string, capability: string): Promise<LbTarget> {
+/** A visible balancer whose `capability` is true; for a change (`action` named), one whose service takes actions (409 otherwise). */
+async function capableTarget(deps: AppDeps, principal: Principal, id: string, capability: string, action?: string): Promise<LbTarget> {
   const target = await findVisibleLb(deps.db, principal, id);
   requireCapability(target.service, capability);
+  if (action) requireActionable(target.service, action);
   return target;
 }
 
@@ -174,7 +176,7 @@ export const lbRoutes = [
     },
     responses: [{ status: 200, description: 'The applied set, every listener on one page', schema: listOf(ListenerSchema, 'LbListenerList') }, NOT_BUILT],
     async handler({ params, body, principal, deps }) {
-      const target = await capableTarget(deps, principal, params.id, 'listeners');
+      const target = await capableTarget(deps, principal, params.id, 'listeners', 'a listener change');
       const applied = await changeListeners(deps, target, () => listenersFromBody(body));
       const all = presentListeners(applied).sort((a, b) => (a.name < b.name ? -1 : 1));
       return { body: listEnvelope(all, { hasMore: false, nextCursor: null }) };
@@ -215,7 +217,7 @@ export const lbRoutes = [
     exampleBody: { listener: 'web', ip: '10.0.0.13', port: 8080 },
     responses: [{ status: 201, description: 'The backend, applied', schema: BackendSchema }, NOT_BUILT],
     async handler({ params, body, principal, deps }) {
-      const target = await capableTarget(deps, principal, params.id, 'backends');
+      const target = await capableTarget(deps, principal, params.id, 'backends', 'adding a backend');
       const own = backendErrors(body, '');
       if (own.length > 0) throw validationFailed(own);
       let index = -1;
@@ -252,7 +254,7 @@ export const lbRoutes = [
     params: backendParams,
     responses: [{ status: 204, description: 'Removed and applied' }, NOT_BUILT],
     async handler({ params, principal, deps }) {
-      const target = await capableTarget(deps, principal, params.id, 'backends');
+      const target = await capableTarget(deps, principal, params.id, 'backends', 'removing a backend');
       const problems: FieldError[] = [];
       const ipProblem = backendIpProblem(params.ip);
       if (ipProblem) problems.push({ param: 'ip', message: ipProblem });
