@@ -61,6 +61,10 @@ export const configSchema = z
     WEBHOOK_SWEEP_INTERVAL: duration('5s'),
     /** PEM file of extra CA certificates trusted for webhook deliveries (beside the system roots); tests use it for a TLS receiver. */
     WEBHOOK_EXTRA_CA_FILE: z.string().optional(),
+    /** Open sockets (busy or idle keep-alive) for webhook deliveries per worker process, across endpoints. */
+    WEBHOOK_MAX_SOCKETS: positiveInt(256),
+    /** Concurrent attempts (sockets) per webhook endpoint. */
+    WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt(16),
     OPERATION_CACHE_TTL: duration('2s'),
     /** How long GET /v1/operations/{id} waits for a workflow query before answering from PostgreSQL. */
     OPERATION_QUERY_TIMEOUT: duration('1500ms'),
