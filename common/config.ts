@@ -89,6 +89,10 @@ export const configSchema = z
       }),
     /** PEM file of extra CA certificates trusted for webhook deliveries (beside the system roots); tests use it for a TLS receiver. */
     WEBHOOK_EXTRA_CA_FILE: z.string().optional(),
+    /** Open sockets (busy or idle keep-alive) for webhook deliveries per worker process, across endpoints. */
+    WEBHOOK_MAX_SOCKETS: positiveInt(256),
+    /** Concurrent attempts (sockets) per webhook endpoint. */
+    WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt(16),
     OPERATION_CACHE_TTL: duration('2s'),
     /** How long an asynchronous POST waits for Temporal to take its workflow before answering 503 (and taking its operation back). */
     OPERATION_START_TIMEOUT: duration('5s'),

@@ -3,7 +3,7 @@ import type { Config } from '../../common/config';
 import type { Keyring } from '../../common/crypto';
 import type { Logger } from '../../common/logger';
 import type { Db } from '../../db/knex';
-import { postWebhook } from '../../domain/webhooks/delivery-client';
+import { DeliveryClient } from '../../domain/webhooks/delivery-client';
 import { signPayload } from '../../domain/webhooks/signature';
 import { WEBHOOK_SECRET_PURPOSE, type DeliveryRow } from '../../domain/webhooks/webhooks';
 
@@ -30,6 +30,8 @@ export interface DeliveryAttemptOutcome {
  */
 export function createWebhookActivities({ db, keyring, config, logger }: { db: Db; keyring: Keyring; config: Config; logger: Logger }) {
   let extraCa: string | null | undefined;
+  // One client per worker process: keep-alive per endpoint, bounded sockets (WEBHOOK_MAX_SOCKETS).
+  const http = new DeliveryClient({ maxSockets: config.WEBHOOK_MAX_SOCKETS, perEndpoint: config.WEBHOOK_ENDPOINT_CONCURRENCY });
   const loadExtraCa = () => {
     if (extraCa === undefined) extraCa = config.WEBHOOK_EXTRA_CA_FILE ? readFileSync(config.WEBHOOK_EXTRA_CA_FILE, 'utf8') : null;
     return extraCa;
@@ -80,8 +82,9 @@ export function createWebhookActivities({ db, keyring, config, logger }: { db: D
         return { outcome: 'failed', status: null, error };
       }
       const secret = keyring.decrypt(WEBHOOK_SECRET_PURPOSE, row.secret_sealed);
-      const result = await postWebhook({
+      const result = await http.post({
         url: row.url,
+        endpoint: `whk_${row.webhook_id}`,
         body: row.body,
         timeoutMs: input.timeoutMs,
         policy: { allowInsecure: config.WEBHOOK_ALLOW_INSECURE_TARGETS },
