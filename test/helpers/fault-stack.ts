@@ -69,6 +69,11 @@ export async function startFaultStack(options: { name: string; postgres: 'privat
     PORT: String(apiPort),
     HOST: '127.0.0.1',
     OPERATION_START_TIMEOUT: '2s',
+    // The fault tests order and reinstall simulated services: no PowerDNS, HAProxy or database
+    // instances run beside these processes (their own tests cover those backends).
+    DNS_BACKEND: 'simulator',
+    LB_BACKEND: 'simulator',
+    DBAAS_BACKEND: 'simulator',
     ...(options.env ?? {}),
   };
   const api = serviceProcess('api', dir, env);
