@@ -17,9 +17,6 @@ beforeAll(async () => {
     postgres: 'shared',
     env: {
       IDEMPOTENCY_ABANDON_AFTER: '3s',
-      // This test is about keys, not the start deadline (faults.temporal covers that): 36 starts at
-      // once on a busy 2-core machine may need more than the fault stack's 2 s.
-      OPERATION_START_TIMEOUT: '10s',
       OPERATION_ORPHAN_AFTER: '5s',
       OPERATION_ORPHAN_SWEEP_INTERVAL: '1s',
       RATE_LIMIT_MUTATIONS_PER_KEY: '10000',
