@@ -27,11 +27,27 @@ export default tseslint.config(
         {
           paths: nodeBuiltins.map((name) => ({ name, message: 'Workflows must be deterministic: no Node built-ins.' })),
           patterns: [
-            { group: ['knex', 'pg', 'objection', 'express', 'pino', 'zod', '@temporalio/client', '@temporalio/worker', '@temporalio/activity'], message: 'Workflows do no I/O; call an activity.' },
             {
-              group: ['**/db', '**/db/**', '**/api', '**/api/**', '**/domain', '**/domain/**', '**/providers', '**/providers/**', '**/common/**', '**/activities', '**/activities/**'],
+              group: ['knex', 'pg', 'objection', 'express', 'pino', 'zod', '@temporalio/client', '@temporalio/worker', '@temporalio/activity'],
+              message: 'Workflows do no I/O; call an activity.',
+            },
+            {
+              group: [
+                '**/db',
+                '**/db/**',
+                '**/api',
+                '**/api/**',
+                '**/domain',
+                '**/domain/**',
+                '**/providers',
+                '**/providers/**',
+                '**/common/**',
+                '**/activities',
+                '**/activities/**',
+              ],
               allowTypeImports: true,
-              message: 'Workflows import activities, providers and domain code as types only (proxyActivities); values would pull Node-only code into the bundle.',
+              message:
+                'Workflows import activities, providers and domain code as types only (proxyActivities); values would pull Node-only code into the bundle.',
             },
           ],
         },

@@ -65,7 +65,8 @@ function checkJsonDepth(buf: Buffer): void {
   for (let i = 0; i < buf.length; i++) {
     const c = buf[i];
     if (inString) {
-      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped byte
       else if (c === 0x22) inString = false;
     } else if (c === 0x22) inString = true;
     else if (c === 0x5b || c === 0x7b) {
@@ -248,8 +249,7 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
   const query = parsePart(route.query, req.query);
   const body = route.body ? parsePart(route.body, req.body ?? {}) : undefined;
 
-  const run = () =>
-    route.handler({ params, query, body, principal, deps, req, res, requestId: l.requestId });
+  const run = () => route.handler({ params, query, body, principal, deps, req, res, requestId: l.requestId });
 
   const keyHeader = req.headers['idempotency-key'];
   const idempotencyKey = typeof keyHeader === 'string' ? keyHeader : undefined;
@@ -275,7 +275,8 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
   if (route.returnsSecret) res.setHeader('Cache-Control', 'no-store');
   const status = result.status ?? 200;
   if (result.body === undefined || status === 204) res.status(status).end();
-  else if (route.responses.find((r: ResponseSpec) => r.status === status)?.contentType === 'text/plain') res.status(status).type('text/plain; charset=utf-8').send(String(result.body));
+  else if (route.responses.find((r: ResponseSpec) => r.status === status)?.contentType === 'text/plain')
+    res.status(status).type('text/plain; charset=utf-8').send(String(result.body));
   else res.status(status).json(result.body);
 }
 
@@ -340,7 +341,9 @@ async function attributeToCredential(deps: AppDeps, req: Request, res: Response)
   const l = locals(res);
   if (l.principal || !req.headers.authorization || !isAuditedPath(req.path)) return;
   l.principal =
-    (await deps.credentials.authenticate(req.headers.authorization).catch(() => undefined)) ?? deps.credentials.lastKnown(req.headers.authorization) ?? undefined;
+    (await deps.credentials.authenticate(req.headers.authorization).catch(() => undefined)) ??
+    deps.credentials.lastKnown(req.headers.authorization) ??
+    undefined;
 }
 
 /** Whether PostgreSQL answers a trivial query within half a second. */
@@ -348,7 +351,13 @@ async function databaseAnswers(deps: AppDeps): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 500)));
   try {
-    return await Promise.race([deps.db.raw('select 1').then(() => true, () => false), timeout]);
+    return await Promise.race([
+      deps.db.raw('select 1').then(
+        () => true,
+        () => false,
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }

@@ -2,12 +2,7 @@
  * The closed set of errors business code throws. One middleware (api/app.ts) turns them into the
  * spec's error envelope; anything else becomes a generic 500 that leaks nothing.
  */
-export type ErrorType =
-  | 'authentication_error'
-  | 'authorization_error'
-  | 'invalid_request_error'
-  | 'rate_limit_error'
-  | 'api_error';
+export type ErrorType = 'authentication_error' | 'authorization_error' | 'invalid_request_error' | 'rate_limit_error' | 'api_error';
 
 export interface FieldError {
   param: string;
@@ -31,11 +26,9 @@ export class ApiError extends Error {
 export const authenticationRequired = () =>
   new ApiError(401, 'authentication_error', 'authentication_required', 'Send a credential as "Authorization: Bearer <token>".');
 
-export const invalidApiKey = () =>
-  new ApiError(401, 'authentication_error', 'invalid_api_key', 'The credential is not valid.');
+export const invalidApiKey = () => new ApiError(401, 'authentication_error', 'invalid_api_key', 'The credential is not valid.');
 
-export const notFound = (what = 'resource') =>
-  new ApiError(404, 'invalid_request_error', 'not_found', `No such ${what}.`);
+export const notFound = (what = 'resource') => new ApiError(404, 'invalid_request_error', 'not_found', `No such ${what}.`);
 
 export const validationFailed = (errors: FieldError[], message?: string) =>
   new ApiError(
@@ -57,12 +50,7 @@ export const forbidden = (code: string, message: string) => new ApiError(403, 'a
 export const conflict = (message: string, code = 'conflict') => new ApiError(409, 'invalid_request_error', code, message);
 
 export const unsupportedForProduct = (capability: string) =>
-  new ApiError(
-    400,
-    'invalid_request_error',
-    'unsupported_for_product',
-    `This product does not support "${capability}". This is permanent for this resource.`,
-  );
+  new ApiError(400, 'invalid_request_error', 'unsupported_for_product', `This product does not support "${capability}". This is permanent for this resource.`);
 
 export const backendUnavailable = (family: string) =>
   new ApiError(503, 'api_error', 'backend_unavailable', `The ${family} backend is not answering; try again shortly.`);

@@ -27,7 +27,7 @@ function pipelineErrors(route: AnyRoute): Array<[number, string]> {
 
 const TAG_DESCRIPTIONS: Record<string, string> = {
   Meta: 'What this instance offers: version, resources, scopes, limits, and this document.',
-  Sessions: 'Signing in with email and password; a session acts with its user\'s permissions.',
+  Sessions: "Signing in with email and password; a session acts with its user's permissions.",
   'API keys': 'Keys for programs. Session only: an API key can never manage keys.',
   Account: 'The account, the credential in use, and the audit log of API activity.',
   Services: 'Billing contracts of every product family; family endpoints act on these ids.',

@@ -86,9 +86,7 @@ export interface RouteDef<
   responses: R;
   /** A valid request body, shown in the OpenAPI document and sent by the generated route tests. */
   exampleBody?: unknown;
-  handler: (
-    ctx: HandlerContext<Infer<PS>, Infer<QS>, Infer<BS>, C extends 'none' ? Principal | null : Principal>,
-  ) => Promise<HandlerResult<ResponseBody<R>>>;
+  handler: (ctx: HandlerContext<Infer<PS>, Infer<QS>, Infer<BS>, C extends 'none' ? Principal | null : Principal>) => Promise<HandlerResult<ResponseBody<R>>>;
 }
 
 // `any` here erases the per-route generics so routes of different shapes fit one table.

@@ -17,7 +17,11 @@ export const ErrorSchema = z
       required_scope: z.string().optional(),
       retry_after: z.number().int().optional(),
       errors: z.array(z.object({ param: z.string(), message: z.string() })).optional(),
-      applied: z.number().int().optional().meta({ description: 'Non-atomic batches (DNS records PATCH): how many elements before the failing one were applied and stay applied' }),
+      applied: z
+        .number()
+        .int()
+        .optional()
+        .meta({ description: 'Non-atomic batches (DNS records PATCH): how many elements before the failing one were applied and stay applied' }),
     }),
   })
   .meta({ id: 'Error' });

@@ -34,7 +34,9 @@ async function main() {
     api.deps.temporal.withDeadline = <T>(ms: number, fn: () => Promise<T>) =>
       new Promise<T>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error('deadline exceeded')), ms);
-        fn().then(resolve, reject).finally(() => clearTimeout(timer));
+        fn()
+          .then(resolve, reject)
+          .finally(() => clearTimeout(timer));
       });
   }
   const server = api.app.listen(0, '127.0.0.1', () => {

@@ -97,7 +97,9 @@ function cpuSnapshot(groups: CpuGroups) {
 function cpuDelta(before: Record<string, number>, after: Record<string, number>, seconds: number) {
   const cores: Record<string, number> = {};
   for (const key of Object.keys(after)) cores[key] = Math.round(((after[key] - (before[key] ?? 0)) / seconds) * 100) / 100;
-  const ours = Object.entries(cores).filter(([k]) => k !== 'machine').reduce((s, [, v]) => s + v, 0);
+  const ours = Object.entries(cores)
+    .filter(([k]) => k !== 'machine')
+    .reduce((s, [, v]) => s + v, 0);
   cores.others = Math.max(0, Math.round((cores.machine - ours) * 100) / 100);
   return cores;
 }
@@ -157,15 +159,13 @@ interface Run {
   audited?: number;
 }
 
-const load = () => os.loadavg().map((n) => n.toFixed(2)).join(' ');
+const load = () =>
+  os
+    .loadavg()
+    .map((n) => n.toFixed(2))
+    .join(' ');
 
-async function measure(
-  name: string,
-  url: string,
-  headers: Record<string, string>,
-  groups: CpuGroups,
-  auditCount?: () => Promise<number>,
-): Promise<Run> {
+async function measure(name: string, url: string, headers: Record<string, string>, groups: CpuGroups, auditCount?: () => Promise<number>): Promise<Run> {
   if (WARMUP > 0) await autocannon({ url, connections: CONNECTIONS, duration: WARMUP, headers });
   // Let the warm-up's last requests finish (and be recorded) before counting.
   await new Promise((r) => setTimeout(r, 500));
@@ -210,7 +210,9 @@ async function main() {
   Runtime.install({ logger: new DefaultLogger('WARN') });
   const started = Date.now();
   console.log(`API bench: ${os.cpus().length} x ${os.cpus()[0]?.model}, Node ${process.version}, load ${load()}`);
-  console.log(`  autocannon ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s per run, ${ROUNDS} round(s)${CPU_PROF ? ', API child with --cpu-prof' : ''}${EXPERIMENTS ? `, experiments: ${EXPERIMENTS}` : ''}`);
+  console.log(
+    `  autocannon ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s per run, ${ROUNDS} round(s)${CPU_PROF ? ', API child with --cpu-prof' : ''}${EXPERIMENTS ? `, experiments: ${EXPERIMENTS}` : ''}`,
+  );
 
   // Fresh database and Temporal dev server (the CLI of scripts/ensure-tools.sh), with the search attributes.
   const database = await createTestDatabase();
@@ -266,7 +268,12 @@ async function main() {
   const starter = await createApi(config, { db: database.db, temporalClient: temporal.client, logger });
   const opKey = await newKey();
   const principal = await starter.deps.credentials.authenticate(`Bearer ${opKey.token}`);
-  const op = await starter.deps.operations.start({ principal, type: 'bench.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
+  const op = await starter.deps.operations.start({
+    principal,
+    type: 'bench.operation' as never,
+    workflow: 'testOperationWorkflow' as never,
+    input: {} as never,
+  });
   for (let i = 0; i < 200; i++) {
     const row = await database.db('operations').where({ id: op.id }).first('status');
     if (row.status === 'running') break;
@@ -290,7 +297,9 @@ async function main() {
   if (listBody.data?.length !== 20 || !listBody.has_more) throw new Error(`unexpected list: ${JSON.stringify(listBody).slice(0, 200)}`);
   if (opBody.status !== 'running' || opBody.stale) throw new Error(`operation not running: ${JSON.stringify(opBody)}`);
   await request(bare.child, { type: 'bodies', list: listBody, operation: opBody }, 'bodies-set');
-  console.log(`  list body ${JSON.stringify(listBody).length} bytes, operation body ${JSON.stringify(opBody).length} bytes; Temporal ${temporal.address}, task queue ${taskQueue}`);
+  console.log(
+    `  list body ${JSON.stringify(listBody).length} bytes, operation body ${JSON.stringify(opBody).length} bytes; Temporal ${temporal.address}, task queue ${taskQueue}`,
+  );
 
   const ourPgBackends = async () =>
     (await database.db.raw('select pid from pg_stat_activity where datname = current_database()')).rows.map((r: { pid: number }) => r.pid);
@@ -328,9 +337,7 @@ async function main() {
 
     const opRunKey = await newKey();
     if (ONLY === 'all' || ONLY === 'operation') {
-      runs.push(
-        await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id)),
-      );
+      runs.push(await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id)));
     }
 
     runs.push(await measure('bare Express, 20-item list (again)', `${bareUrl}/list`, {}, groups));
@@ -384,8 +391,12 @@ async function main() {
   }
   const services = runs.filter((r) => r.name.startsWith('API GET /v1/services'));
   const ops = runs.filter((r) => r.name.startsWith('API GET /v1/operations'));
-  for (const r of services) console.log(`  target services list: ${Math.round((r.rps / baseline) * 100)} % >= 40 % and p99 ${r.p99} ms < 25 ms -> ${r.rps / baseline >= 0.4 && r.p99 < 25 ? 'reached' : 'NOT reached'}`);
-  for (const r of ops) console.log(`  target cached operation: ${Math.round((r.rps / baseline) * 100)} % >= 60 % -> ${r.rps / baseline >= 0.6 ? 'reached' : 'NOT reached'}`);
+  for (const r of services)
+    console.log(
+      `  target services list: ${Math.round((r.rps / baseline) * 100)} % >= 40 % and p99 ${r.p99} ms < 25 ms -> ${r.rps / baseline >= 0.4 && r.p99 < 25 ? 'reached' : 'NOT reached'}`,
+    );
+  for (const r of ops)
+    console.log(`  target cached operation: ${Math.round((r.rps / baseline) * 100)} % >= 60 % -> ${r.rps / baseline >= 0.6 ? 'reached' : 'NOT reached'}`);
   if (CPU_PROF) console.log(`  CPU profile of the API process: ${profileDir}`);
   console.log(`  total ${Math.round((Date.now() - started) / 1000)} s, load now ${load()}`);
   console.log(`RESULT_JSON ${JSON.stringify({ baseline, runs, load: load(), ok })}`);

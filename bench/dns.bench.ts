@@ -62,7 +62,16 @@ async function main() {
   for (let i = 0; i < 8; i++) {
     const zone = `bench${i}.example`;
     const svc = await createService(database.db, accountId, { family: 'dns', label: zone, product: 'dns-zone' });
-    await provisioner.provision({ id: svc.serviceId, accountId, family: 'dns', productFamily: 'dns', product: 'dns-zone', label: zone, options: {}, billingCycle: 'monthly' });
+    await provisioner.provision({
+      id: svc.serviceId,
+      accountId,
+      family: 'dns',
+      productFamily: 'dns',
+      product: 'dns-zone',
+      label: zone,
+      options: {},
+      billingCycle: 'monthly',
+    });
     zones.push(zone);
   }
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
@@ -142,7 +151,13 @@ async function main() {
     throughput: [
       oneZone,
       eightZones,
-      { scenario: 'PATCH of 50 RRsets, 4 clients, 4 zones', writes: batches * 50, failures: patchFailures, seconds: Math.round(patchSeconds * 100) / 100, writes_per_s: Math.round((batches * 50) / patchSeconds) },
+      {
+        scenario: 'PATCH of 50 RRsets, 4 clients, 4 zones',
+        writes: batches * 50,
+        failures: patchFailures,
+        seconds: Math.round(patchSeconds * 100) / 100,
+        writes_per_s: Math.round((batches * 50) / patchSeconds),
+      },
     ],
   };
   console.log(JSON.stringify(summary, null, 2));

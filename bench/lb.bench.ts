@@ -72,7 +72,12 @@ async function main() {
     const applyMs: number[] = [];
     for (let i = 0; i < RELOADS; i++) {
       const started = performance.now();
-      await lb.apply(SERVICE_ID, [listener(backends.map((b) => b.port), [1 + (i % 2), 1])]);
+      await lb.apply(SERVICE_ID, [
+        listener(
+          backends.map((b) => b.port),
+          [1 + (i % 2), 1],
+        ),
+      ]);
       applyMs.push(performance.now() - started);
     }
     const checkMs: number[] = [];
@@ -91,7 +96,12 @@ async function main() {
       await new Promise((r) => setTimeout(r, 1_000));
       for (let i = 0; reloading && i < RELOADS; i++) {
         const started = performance.now();
-        await lb.apply(SERVICE_ID, [listener(backends.map((b) => b.port), [1, 1 + (i % 2)])]);
+        await lb.apply(SERVICE_ID, [
+          listener(
+            backends.map((b) => b.port),
+            [1, 1 + (i % 2)],
+          ),
+        ]);
         underLoadMs.push(performance.now() - started);
         await new Promise((r) => setTimeout(r, 200));
       }

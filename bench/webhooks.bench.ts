@@ -149,7 +149,9 @@ async function main() {
         database.db('webhook_deliveries').where({ status: 'delivered' }).count('* as n').first(),
       ]);
       if (process.env.BENCH_PROGRESS)
-        console.log(`t=${((performance.now() - t0) / 1000).toFixed(1)}s undispatched=${(u as any).n} rows=${(r as any).n} delivered=${(d as any).n} received=${received.size}`);
+        console.log(
+          `t=${((performance.now() - t0) / 1000).toFixed(1)}s undispatched=${(u as any).n} rows=${(r as any).n} delivered=${(d as any).n} received=${received.size}`,
+        );
     })();
   }, 2_000);
   const deadline = Date.now() + 10 * 60_000;
@@ -186,7 +188,12 @@ async function main() {
     seconds_to_all_recorded: +(recordedMs / 1000).toFixed(2),
     deliveries_per_second_received: Math.round(received.size / (receivedMs / 1000)),
     deliveries_per_second_recorded: Math.round(recorded / (recordedMs / 1000)),
-    latency_ms: { p50: Math.round(percentile(latencies, 50)), p95: Math.round(percentile(latencies, 95)), p99: Math.round(percentile(latencies, 99)), max: Math.round(latencies.at(-1) ?? 0) },
+    latency_ms: {
+      p50: Math.round(percentile(latencies, 50)),
+      p95: Math.round(percentile(latencies, 95)),
+      p99: Math.round(percentile(latencies, 99)),
+      max: Math.round(latencies.at(-1) ?? 0),
+    },
   };
   console.log(JSON.stringify(result, null, 2));
 

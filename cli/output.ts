@@ -84,7 +84,11 @@ export function formatTable(body: unknown, width: number): string {
     const all = [...new Set(flat.flatMap((f) => Object.keys(f)))];
     const nested = (h: string) => flat.some((f) => f[h] !== null && typeof f[h] === 'object');
     const headers = [...all.filter((h) => !nested(h)), ...all.filter(nested)];
-    const { lines, dropped } = renderRows(headers, flat.map((f) => headers.map((h) => cell(f[h]))), width);
+    const { lines, dropped } = renderRows(
+      headers,
+      flat.map((f) => headers.map((h) => cell(f[h]))),
+      width,
+    );
     const notes = [];
     if (dropped) notes.push(`${dropped} more column${dropped > 1 ? 's' : ''}: widen the terminal or use -o json`);
     if (body.has_more) notes.push('more items: --all fetches every page');

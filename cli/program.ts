@@ -121,7 +121,8 @@ function parseScalar(kind: string, value: string, flag: string): unknown {
     case 'integer':
     case 'number': {
       const n = Number(value);
-      if (value.trim() === '' || Number.isNaN(n) || (kind === 'integer' && !Number.isInteger(n))) throw new InvalidArgumentError(`--${flag} takes ${kind === 'integer' ? 'an integer' : 'a number'}`);
+      if (value.trim() === '' || Number.isNaN(n) || (kind === 'integer' && !Number.isInteger(n)))
+        throw new InvalidArgumentError(`--${flag} takes ${kind === 'integer' ? 'an integer' : 'a number'}`);
       return n;
     }
     case 'boolean':
@@ -171,7 +172,9 @@ function fieldOption(field: CommandField): Option {
         return [...before, ...parsed];
       }
       const parts = value === '' ? [] : value.split(',').map((v) => v.trim());
-      if (itemKind.choices) for (const p of parts) if (!itemKind.choices.includes(p)) throw new InvalidArgumentError(`--${field.flag}: "${p}" is not one of ${itemKind.choices.join(', ')}`);
+      if (itemKind.choices)
+        for (const p of parts)
+          if (!itemKind.choices.includes(p)) throw new InvalidArgumentError(`--${field.flag}: "${p}" is not one of ${itemKind.choices.join(', ')}`);
       return [...before, ...parts.map((p) => parseScalar(itemKind.kind, p, field.flag))];
     });
   } else {
@@ -282,7 +285,10 @@ async function waitAndReport(api: ApiClient, id: string, timeoutMs: number, form
 
 function addRouteCommand(parent: Command, rc: RouteCommand): Command {
   const name = rc.words[rc.words.length - 1];
-  const cmd = parent.command(name).summary(`${rc.route.summary}  [${accessLabel(rc.route)}]`).description(leafDescription(rc));
+  const cmd = parent
+    .command(name)
+    .summary(`${rc.route.summary}  [${accessLabel(rc.route)}]`)
+    .description(leafDescription(rc));
   for (const p of rc.positionals) {
     const example = p.schema.example !== undefined ? `e.g. ${p.schema.example}` : null;
     cmd.argument(`<${p.name}>`, [pathParamDescription(p.schema.description), example, '(give it as is; it is sent percent-encoded)'].filter(Boolean).join(' '));
@@ -337,7 +343,7 @@ function addLogin(program: Command): void {
     .description(
       `Signs in (POST /v1/sessions) and saves the session token in the profile (--profile, default the active one) of ${configPath(io.env)} (mode 0600), then makes that profile the active one.\nThe password is prompted without echo; --password-stdin reads it from stdin. --with-token stores an API key read from stdin instead.\nThe token is not printed unless --show-token is given.`,
     )
-    .option('--email <email>', 'the account user\'s email (prompted when absent)')
+    .option('--email <email>', "the account user's email (prompted when absent)")
     .option('--password-stdin', 'read the password from the first line of stdin')
     .option('--with-token', 'read an API key (cloud_live_...) or session token from stdin and store it')
     .option('--show-token', 'print the token on stdout')
@@ -366,7 +372,9 @@ function addLogin(program: Command): void {
         const session = res.json as { token: string; expires_at: string; user: { email: string; is_owner: boolean } };
         token = session.token;
         profile = { api_url: apiUrl, token, token_type: 'session' as const, email: session.user.email, expires_at: session.expires_at };
-        io.stderr.write(`Signed in as ${session.user.email}${session.user.is_owner ? ' (owner)' : ''} until ${session.expires_at}; profile "${name}" saved in ${configPath(io.env)}.\n`);
+        io.stderr.write(
+          `Signed in as ${session.user.email}${session.user.is_owner ? ' (owner)' : ''} until ${session.expires_at}; profile "${name}" saved in ${configPath(io.env)}.\n`,
+        );
       }
       config.profiles[name] = profile;
       config.active = name;
@@ -376,7 +384,7 @@ function addLogin(program: Command): void {
 
   program
     .command('logout')
-    .summary('End the profile\'s session and forget its token')
+    .summary("End the profile's session and forget its token")
     .action(async (_opts, command: Command) => {
       const opts = command.optsWithGlobals();
       const config = readConfig(configPath(io.env));
@@ -441,7 +449,9 @@ function addApi(program: Command, routes: ClientRoute[]): void {
   program
     .command('api <method> <path>')
     .summary('Call any path of the API: cloud api GET /v1/services')
-    .description('Sends one request with the CLI\'s credential and headers (Cloud-Channel: cli, an Idempotency-Key on mutations) and prints the answer like the other commands.')
+    .description(
+      "Sends one request with the CLI's credential and headers (Cloud-Channel: cli, an Idempotency-Key on mutations) and prints the answer like the other commands.",
+    )
     .option('--data <json>', 'the request body as JSON, @file or - (stdin)')
     .action(async (method: string, path: string, _opts, command: Command) => {
       const opts = command.optsWithGlobals();
@@ -483,7 +493,7 @@ function addCompletion(program: Command): void {
 function addMcp(program: Command, routes: ClientRoute[]): void {
   program
     .command('mcp')
-    .summary('Serve the API as MCP tools on stdin/stdout, with this CLI\'s credential')
+    .summary("Serve the API as MCP tools on stdin/stdout, with this CLI's credential")
     .option('--read-only', 'offer only the tools that read (GET routes)')
     .action(async (_opts, command: Command) => {
       const opts = command.optsWithGlobals();

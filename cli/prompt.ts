@@ -51,7 +51,11 @@ export async function prompt(question: string, output: NodeJS.WritableStream = p
 }
 
 /** A prompt whose answer is not echoed. Backspace edits, Ctrl-C and Ctrl-D cancel. */
-export async function promptHidden(question: string, output: NodeJS.WritableStream = process.stderr, input: NodeJS.ReadStream = process.stdin): Promise<string> {
+export async function promptHidden(
+  question: string,
+  output: NodeJS.WritableStream = process.stderr,
+  input: NodeJS.ReadStream = process.stdin,
+): Promise<string> {
   if (!input.isTTY) {
     output.write(question);
     return readLine(input);

@@ -22,9 +22,7 @@ function fieldsOf(schema: z.ZodType | undefined, location: InputLocation): Route
 
 function routeInputs(route: AnyRoute): RouteInputs {
   const params = new Map(fieldsOf(route.params, 'path').map((f) => [f.name, f]));
-  const path = pathParamNames(route.path).map(
-    (name) => params.get(name) ?? { name, in: 'path' as const, required: true, schema: { type: 'string' } },
-  );
+  const path = pathParamNames(route.path).map((name) => params.get(name) ?? { name, in: 'path' as const, required: true, schema: { type: 'string' } });
   for (const p of path) p.required = true;
   const query = fieldsOf(route.query, 'query');
   let body: RouteInput[] = [];
@@ -59,4 +57,3 @@ export function toClientRoute(route: AnyRoute): ClientRoute {
 export function clientRoutes(routes: AnyRoute[]): ClientRoute[] {
   return routes.filter((r) => !r.internal && r.path.startsWith('/v1/')).map(toClientRoute);
 }
-

@@ -80,7 +80,11 @@ export const configSchema = z
       .string()
       .default('')
       .transform((value, ctx) => {
-        const ports = value.split(',').map((p) => p.trim()).filter(Boolean).map(Number);
+        const ports = value
+          .split(',')
+          .map((p) => p.trim())
+          .filter(Boolean)
+          .map(Number);
         if (ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) {
           ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of ports (1-65535)' });
           return z.NEVER;
@@ -145,7 +149,12 @@ export const configSchema = z
     DNS_NAMESERVERS: z
       .string()
       .default('ns1.cloud.test,ns2.cloud.test')
-      .transform((v) => v.split(',').map((s) => s.trim()).filter(Boolean))
+      .transform((v) =>
+        v
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean),
+      )
       .refine((list) => list.length > 0, 'at least one name server'),
     /** The SOA contact (RNAME) of every new zone, as a host name. */
     DNS_HOSTMASTER: z.string().default('hostmaster.cloud.test'),
@@ -177,7 +186,10 @@ export const configSchema = z
       .string()
       .default('')
       .transform((value, ctx) => {
-        const entries = value.split(',').map((p) => p.trim()).filter(Boolean);
+        const entries = value
+          .split(',')
+          .map((p) => p.trim())
+          .filter(Boolean);
         const bad = entries.filter((e) => !isTrustedProxyEntry(e));
         if (bad.length) {
           ctx.addIssue({ code: 'custom', message: `not an address, CIDR range, loopback, linklocal or uniquelocal: ${bad.join(', ')}` });
@@ -192,12 +204,10 @@ export const configSchema = z
   })
   .superRefine((cfg, ctx) => {
     if (cfg.NODE_ENV === 'production') {
-      if (cfg.CLOUD_DEV_ENDPOINTS)
-        ctx.addIssue({ code: 'custom', path: ['CLOUD_DEV_ENDPOINTS'], message: 'refused when NODE_ENV=production' });
+      if (cfg.CLOUD_DEV_ENDPOINTS) ctx.addIssue({ code: 'custom', path: ['CLOUD_DEV_ENDPOINTS'], message: 'refused when NODE_ENV=production' });
       if (cfg.WEBHOOK_ALLOW_INSECURE_TARGETS)
         ctx.addIssue({ code: 'custom', path: ['WEBHOOK_ALLOW_INSECURE_TARGETS'], message: 'refused when NODE_ENV=production' });
-      if (!cfg.CLOUD_MASTER_KEY)
-        ctx.addIssue({ code: 'custom', path: ['CLOUD_MASTER_KEY'], message: 'required when NODE_ENV=production' });
+      if (!cfg.CLOUD_MASTER_KEY) ctx.addIssue({ code: 'custom', path: ['CLOUD_MASTER_KEY'], message: 'required when NODE_ENV=production' });
     }
   });
 

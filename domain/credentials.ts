@@ -57,8 +57,7 @@ export class CredentialResolver {
       if (token.startsWith(prefix))
         throw authError('wrong_credential_type', `This token belongs to ${plane}, not to this API. Use an API key (cloud_live_...) or a session.`);
     }
-    if (S3_ACCESS_KEY.test(token))
-      throw authError('wrong_credential_type', 'S3 access keys authenticate the object storage data plane, not this API.');
+    if (S3_ACCESS_KEY.test(token)) throw authError('wrong_credential_type', 'S3 access keys authenticate the object storage data plane, not this API.');
     if (!token.startsWith(API_KEY_PREFIX) && !token.startsWith(SESSION_PREFIX)) throw invalidApiKey();
 
     const hash = sha256Hex(token);
@@ -142,9 +141,7 @@ export class CredentialResolver {
     if (!row) return { at, error: invalidApiKey(), expiresAt: null };
     if (row.revoked_at) return { at, error: authError('api_key_revoked', 'The API key has been revoked.'), expiresAt: null };
     const userScopes = row.is_owner ? new Set<string>(ALL_SCOPES) : new Set<string>(row.user_scopes);
-    const scopes = new Set<string>(
-      (row.scopes as string[]).filter((s) => userScopes.has(s) && !SESSION_ONLY_SCOPES.includes(s)),
-    );
+    const scopes = new Set<string>((row.scopes as string[]).filter((s) => userScopes.has(s) && !SESSION_ONLY_SCOPES.includes(s)));
     return {
       at,
       expiresAt: row.expires_at ? new Date(row.expires_at).getTime() : null,

@@ -8,13 +8,7 @@ import { newUlidId } from '../common/ids';
  */
 export type EventType = 'operation.completed' | 'service.active' | 'service.suspended' | 'service.terminated' | 'webhook.ping';
 
-export const EVENT_TYPES: readonly EventType[] = [
-  'operation.completed',
-  'service.active',
-  'service.suspended',
-  'service.terminated',
-  'webhook.ping',
-];
+export const EVENT_TYPES: readonly EventType[] = ['operation.completed', 'service.active', 'service.suspended', 'service.terminated', 'webhook.ping'];
 
 export const EVENTS_CHANNEL = 'cloud_events';
 

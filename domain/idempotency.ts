@@ -162,7 +162,12 @@ export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRe
         const answer = { status: 202, headers: { Location: `/v1/operations/${operation.id}` }, body: presentOperation(operation) };
         await db('idempotency_keys')
           .where(held)
-          .update({ state: 'done', response_status: answer.status, response_headers: JSON.stringify(answer.headers), response_body: JSON.stringify(answer.body) });
+          .update({
+            state: 'done',
+            response_status: answer.status,
+            response_headers: JSON.stringify(answer.headers),
+            response_body: JSON.stringify(answer.body),
+          });
         return { ...answer, headers: { ...answer.headers, 'Idempotent-Replayed': 'true' }, replayed: true };
       }
     }
@@ -194,7 +199,8 @@ async function execute(deps: IdempotencyDeps, request: IdempotentRequest, token:
   const status = result.status ?? 200;
   if (status >= 200 && status < 300) {
     const headers = Object.fromEntries(Object.entries(result.headers ?? {}).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));
-    await deps.db('idempotency_keys')
+    await deps
+      .db('idempotency_keys')
       .where(mine)
       .update({
         state: 'done',

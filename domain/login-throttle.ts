@@ -62,7 +62,9 @@ export class LoginThrottle {
 
   /** A successful sign-in: the email starts afresh, and the IP gets its attempt back. */
   async succeeded(email: string, ip: string | null): Promise<void> {
-    await this.db('login_throttle').where({ bucket: LoginThrottle.emailBucket(email) }).delete();
+    await this.db('login_throttle')
+      .where({ bucket: LoginThrottle.emailBucket(email) })
+      .delete();
     await this.db('login_throttle')
       .where({ bucket: LoginThrottle.ipBucket(ip) })
       .update({ attempts: this.db.raw('greatest(attempts - 1, 0)') });

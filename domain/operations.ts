@@ -50,7 +50,6 @@ export class OperationGone extends Error {
   }
 }
 
-
 export function presentOperation(row: OperationRow, live?: OperationState, stale = false): OperationView {
   const state = live ?? row;
   return {
@@ -336,9 +335,7 @@ export class OperationService {
     const cached = this.cache.get(id);
     if (cached && Date.now() - cached.at < this.opts.cacheTtlMs) return presentOperation(row, cached.state);
     try {
-      const state = await this.temporal.withDeadline(this.opts.queryTimeoutMs, () =>
-        this.temporal.handle(id).query(operationStateQuery),
-      );
+      const state = await this.temporal.withDeadline(this.opts.queryTimeoutMs, () => this.temporal.handle(id).query(operationStateQuery));
       this.cache.set(id, { at: Date.now(), state });
       this.pruneCache();
       return presentOperation(row, state);

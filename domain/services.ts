@@ -92,12 +92,7 @@ const STATUS_EVENTS = { active: 'service.active', suspended: 'service.suspended'
  * Billing moves a service (first activation, suspension, unsuspension, termination). The status
  * change and its event are written in one transaction (outbox).
  */
-export async function moveServiceStatus(
-  db: Knex,
-  serviceId: number,
-  to: keyof typeof STATUS_EVENTS,
-  trx?: Knex.Transaction,
-): Promise<ServiceRow> {
+export async function moveServiceStatus(db: Knex, serviceId: number, to: keyof typeof STATUS_EVENTS, trx?: Knex.Transaction): Promise<ServiceRow> {
   const apply = async (t: Knex.Transaction) => {
     const [row] = await t('services').where({ id: serviceId }).update({ status: to, updated_at: t.fn.now() }).returning('*');
     if (!row) throw notFound('service');

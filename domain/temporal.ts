@@ -12,10 +12,7 @@ export const SEARCH_ATTRIBUTES = {
 };
 
 /** `--search-attribute` arguments for `temporal server start-dev`. */
-export const DEV_SERVER_SEARCH_ATTRIBUTE_ARGS = Object.values(SEARCH_ATTRIBUTES).flatMap((k) => [
-  '--search-attribute',
-  `${k.name}=Keyword`,
-]);
+export const DEV_SERVER_SEARCH_ATTRIBUTE_ARGS = Object.values(SEARCH_ATTRIBUTES).flatMap((k) => ['--search-attribute', `${k.name}=Keyword`]);
 
 export interface TemporalOptions {
   address: string;
@@ -32,7 +29,10 @@ export class TemporalGateway {
   private clientInstance: Client | null = null;
   private readonly connection: Connection;
 
-  constructor(readonly options: TemporalOptions, client?: Client) {
+  constructor(
+    readonly options: TemporalOptions,
+    client?: Client,
+  ) {
     this.connection = (client?.connection as Connection | undefined) ?? Connection.lazy({ address: options.address });
     if (client) this.clientInstance = client;
   }

@@ -74,7 +74,10 @@ async function callRoute(api: ApiClient, tool: ToolDef, args: JsonObject): Promi
 }
 
 export function createMcpServer(options: McpServerOptions): McpServer {
-  const mcp = new McpServer({ name: 'cloud', title: 'Cloud control-plane API', version: options.version }, { capabilities: { tools: { listChanged: false } }, instructions: INSTRUCTIONS });
+  const mcp = new McpServer(
+    { name: 'cloud', title: 'Cloud control-plane API', version: options.version },
+    { capabilities: { tools: { listChanged: false } }, instructions: INSTRUCTIONS },
+  );
   const byName = new Map(allTools(options.routes).map((tool) => [tool.name, tool]));
 
   mcp.server.setRequestHandler(ListToolsRequestSchema, async () => {

@@ -20,7 +20,10 @@ export function credentialFromApi(api: ApiClient): () => Promise<CredentialView 
     const res = await api.request({ method: 'GET', url: '/v1/account/credential' });
     if (!res.ok) {
       const error = errorOf(res);
-      throw new McpError(ErrorCode.InternalError, `The API refused the credential: ${error ? `${error.type}/${error.code}: ${error.message}` : `HTTP ${res.status}`}`);
+      throw new McpError(
+        ErrorCode.InternalError,
+        `The API refused the credential: ${error ? `${error.type}/${error.code}: ${error.message}` : `HTTP ${res.status}`}`,
+      );
     }
     const body = res.json as { type: 'api_key' | 'session'; scopes: string[] };
     cached = { at: Date.now(), value: { type: body.type, scopes: body.scopes } };

@@ -66,7 +66,9 @@ function describe(route: ClientRoute): string {
     lines.push(`Answers with an operation (202); pass its id to ${WAIT_TOOL_NAME} to wait for the outcome.`);
   }
   if (route.returnsSecret) {
-    lines.push('Returns a secret (a credential, password or credential-bearing URL) that is shown only in this answer: handle it as sensitive and do not repeat it needlessly.');
+    lines.push(
+      'Returns a secret (a credential, password or credential-bearing URL) that is shown only in this answer: handle it as sensitive and do not repeat it needlessly.',
+    );
   }
   if (route.paginated) {
     lines.push('Paginated: pass `next_cursor` of the answer as `cursor` while `has_more` is true.');
@@ -87,9 +89,7 @@ export function routeTool(route: ClientRoute): ToolDef {
     if (properties[input.name]) throw new Error(`mcp: ${route.operationId} has two inputs named "${input.name}"`);
     const schema = { ...input.schema };
     if (input.in === 'path') {
-      schema.description = [pathParamDescription(schema.description), 'Path parameter; give it as is (the tool percent-encodes it).']
-        .filter(Boolean)
-        .join(' ');
+      schema.description = [pathParamDescription(schema.description), 'Path parameter; give it as is (the tool percent-encodes it).'].filter(Boolean).join(' ');
     }
     properties[input.name] = schema;
     if (input.required) required.push(input.name);
@@ -123,7 +123,13 @@ export const WAIT_TOOL: ToolDef = {
     type: 'object',
     properties: {
       id: { type: 'string', minLength: 1, maxLength: 200, description: 'The operation id, `op_<ulid>`.' },
-      timeout_seconds: { type: 'integer', minimum: 1, maximum: WAIT_MAX_SECONDS, default: 30, description: `How long to wait at most, 1 to ${WAIT_MAX_SECONDS} seconds (default 30).` },
+      timeout_seconds: {
+        type: 'integer',
+        minimum: 1,
+        maximum: WAIT_MAX_SECONDS,
+        default: 30,
+        description: `How long to wait at most, 1 to ${WAIT_MAX_SECONDS} seconds (default 30).`,
+      },
     },
     required: ['id'],
     additionalProperties: false,
@@ -141,9 +147,7 @@ export function mayCall(route: ClientRoute, credential: CredentialView | null): 
 
 /** `tools/list` for one credential: the routes it can call (GETs only in read-only mode), then wait_for_operation. */
 export function toolsFor(routes: ClientRoute[], credential: CredentialView | null, readOnly: boolean): ToolDef[] {
-  const tools = routes
-    .filter((route) => mayCall(route, credential) && (!readOnly || route.method === 'get'))
-    .map(routeTool);
+  const tools = routes.filter((route) => mayCall(route, credential) && (!readOnly || route.method === 'get')).map(routeTool);
   if (credential && new Set(credential.scopes).has('operations:read')) tools.push(WAIT_TOOL);
   return tools;
 }

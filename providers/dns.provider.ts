@@ -88,9 +88,7 @@ export interface DnsProvider {
 
 /** The digest behind `fingerprint`: the same for the same RRsets whatever their order. */
 export function fingerprintRRsets(rrsets: readonly DnsRRset[]): string {
-  const lines = rrsets
-    .map((r) => `${r.name}\u0000${r.type}\u0000${r.ttl}\u0000${[...r.values].sort().join('\u0001')}`)
-    .sort();
+  const lines = rrsets.map((r) => `${r.name}\u0000${r.type}\u0000${r.ttl}\u0000${[...r.values].sort().join('\u0001')}`).sort();
   return createHash('sha256').update(lines.join('\n')).digest('base64url').slice(0, 32);
 }
 

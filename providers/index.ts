@@ -94,5 +94,7 @@ export function simulatorLoops(
   /** What the control plane does with the cancellations billing carried out (terminate the services). */
   hooks: { carryOutCancellations: (today: string) => Promise<number[]> },
 ): Array<{ name: string; start(): Promise<void>; stop(): Promise<void> }> {
-  return providers.billing instanceof BillingSimulator ? [new SimulatedBillingClock(hooks.carryOutCancellations, deps.config.SIM_BILLING_INTERVAL, deps.logger)] : [];
+  return providers.billing instanceof BillingSimulator
+    ? [new SimulatedBillingClock(hooks.carryOutCancellations, deps.config.SIM_BILLING_INTERVAL, deps.logger)]
+    : [];
 }

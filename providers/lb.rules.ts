@@ -84,10 +84,13 @@ export function listenerErrors(listeners: readonly LbListener[], options: Listen
     } else if (names.has(listener.name)) {
       errors.push({ param: at('name'), message: `is already the name of listeners.${names.get(listener.name)}` });
     } else names.set(listener.name, i);
-    if (!(LB_PROTOCOLS as readonly string[]).includes(listener.protocol)) errors.push({ param: at('protocol'), message: `must be one of ${LB_PROTOCOLS.join(', ')}` });
-    if (!(LB_ALGORITHMS as readonly string[]).includes(listener.algorithm)) errors.push({ param: at('algorithm'), message: `must be one of ${LB_ALGORITHMS.join(', ')}` });
+    if (!(LB_PROTOCOLS as readonly string[]).includes(listener.protocol))
+      errors.push({ param: at('protocol'), message: `must be one of ${LB_PROTOCOLS.join(', ')}` });
+    if (!(LB_ALGORITHMS as readonly string[]).includes(listener.algorithm))
+      errors.push({ param: at('algorithm'), message: `must be one of ${LB_ALGORITHMS.join(', ')}` });
     if (!isPort(listener.port)) errors.push({ param: at('port'), message: 'must be an integer from 1 to 65535' });
-    else if (ports.has(listener.port)) errors.push({ param: at('port'), message: `is already the port of listeners.${ports.get(listener.port)}; ports are unique per load balancer` });
+    else if (ports.has(listener.port))
+      errors.push({ param: at('port'), message: `is already the port of listeners.${ports.get(listener.port)}; ports are unique per load balancer` });
     else ports.set(listener.port, i);
     errors.push(...healthCheckErrors(listener, i));
     const backends = listener.backends;
@@ -96,7 +99,8 @@ export function listenerErrors(listeners: readonly LbListener[], options: Listen
       return;
     }
     if (backends.length === 0) errors.push({ param: at('backends'), message: 'a listener needs at least one backend' });
-    if (backends.length > LIMITS.backendsPerListener) errors.push({ param: at('backends'), message: `at most ${LIMITS.backendsPerListener} backends per listener` });
+    if (backends.length > LIMITS.backendsPerListener)
+      errors.push({ param: at('backends'), message: `at most ${LIMITS.backendsPerListener} backends per listener` });
     const seen = new Map<string, number>();
     backends.forEach((backend, j) => {
       const prefix = at(`backends.${j}`);
@@ -104,7 +108,8 @@ export function listenerErrors(listeners: readonly LbListener[], options: Listen
       errors.push(...own);
       if (own.length > 0) return;
       const key = `${canonicalIp(backend.ip)}|${backend.port}`;
-      if (seen.has(key)) errors.push({ param: `${prefix}.ip`, message: `${backend.ip} port ${backend.port} is already backends.${seen.get(key)} of this listener` });
+      if (seen.has(key))
+        errors.push({ param: `${prefix}.ip`, message: `${backend.ip} port ${backend.port} is already backends.${seen.get(key)} of this listener` });
       else seen.set(key, j);
     });
   });
@@ -133,7 +138,8 @@ function healthCheckErrors(listener: LbListener, i: number): FieldError[] {
     errors.push({ param: `${at}.interval_seconds`, message: `must be an integer from ${min} to ${max}` });
   }
   if (check.path !== undefined && check.path !== null) {
-    if (listener.protocol === 'tcp') errors.push({ param: `${at}.path`, message: 'only http listeners check a path; tcp listeners check that the port accepts connections' });
+    if (listener.protocol === 'tcp')
+      errors.push({ param: `${at}.path`, message: 'only http listeners check a path; tcp listeners check that the port accepts connections' });
     else if (typeof check.path !== 'string' || !HEALTH_CHECK_PATH_RE.test(check.path)) {
       errors.push({ param: `${at}.path`, message: 'must be an absolute path such as /healthz (URL characters only, no spaces or #)' });
     }
@@ -148,8 +154,12 @@ export function normalizeListeners(listeners: readonly LbListener[]): LbListener
     protocol: l.protocol,
     port: l.port,
     algorithm: l.algorithm,
-    health_check: l.health_check === null ? null : l.protocol === 'http' ? { path: l.health_check.path ?? '/', interval_seconds: l.health_check.interval_seconds } : { interval_seconds: l.health_check.interval_seconds },
+    health_check:
+      l.health_check === null
+        ? null
+        : l.protocol === 'http'
+          ? { path: l.health_check.path ?? '/', interval_seconds: l.health_check.interval_seconds }
+          : { interval_seconds: l.health_check.interval_seconds },
     backends: l.backends.map((b) => ({ ip: canonicalIp(b.ip), port: b.port, weight: b.weight })),
   }));
 }
-

@@ -104,7 +104,11 @@ async function startPowerDns(): Promise<string> {
       apiAddress: `${api.hostname}:${api.port || '80'}`,
       // Its start-up banner is noise here; warnings and errors are not.
       log: (line) => {
-        if (!/^(Loading|This is a standalone|Listening on controlsocket|UDP server bound|TCP server bound|PowerDNS Authoritative|Using 64-bits|PowerDNS comes with|\[webserver\] Listening|Creating backend connection|About to create|Done launching|Only asked for)/.test(line)) {
+        if (
+          !/^(Loading|This is a standalone|Listening on controlsocket|UDP server bound|TCP server bound|PowerDNS Authoritative|Using 64-bits|PowerDNS comes with|\[webserver\] Listening|Creating backend connection|About to create|Done launching|Only asked for)/.test(
+            line,
+          )
+        ) {
           console.error(`[powerdns] ${line}`);
         }
       },
@@ -136,7 +140,11 @@ async function main() {
   await db.migrate.latest();
   const passwords = demoPasswords();
   const dnsNote = await startPowerDns();
-  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), { apiPort: config.PORT, keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY), config });
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), {
+    apiPort: config.PORT,
+    keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY),
+    config,
+  });
   await db.destroy();
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {

@@ -9,6 +9,7 @@ bash scripts/ensure-tools.sh
 bash scripts/require-node.sh
 echo "== typecheck"; node_modules/.bin/tsc -p .
 echo "== lint"; node_modules/.bin/eslint . --max-warnings=0
+echo "== format"; node_modules/.bin/prettier --check . --log-level=warn
 echo "== tests"
 mkdir -p .data
 report=.data/vitest-report.json

@@ -39,8 +39,10 @@ function reset(steps: typeof script) {
   script = steps;
 }
 
-const json = (status: number, body: unknown, headers: Record<string, string> = {}) => (_req: IncomingMessage, res: import('node:http').ServerResponse) =>
-  res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body));
+const json =
+  (status: number, body: unknown, headers: Record<string, string> = {}) =>
+  (_req: IncomingMessage, res: import('node:http').ServerResponse) =>
+    res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body));
 const dropConnection = (req: IncomingMessage) => req.socket.destroy();
 
 describe('ApiClient', () => {
@@ -75,7 +77,9 @@ describe('ApiClient', () => {
   });
 
   it('waits out a short Retry-After on 429', async () => {
-    reset([json(429, { error: { type: 'rate_limit_error', code: 'rate_limited', message: 'slow down', param: null, request_id: 'req_1' } }, { 'retry-after': '1' })]);
+    reset([
+      json(429, { error: { type: 'rate_limit_error', code: 'rate_limited', message: 'slow down', param: null, request_id: 'req_1' } }, { 'retry-after': '1' }),
+    ]);
     const api = new ApiClient({ baseUrl, token: 't', channel: 'cli' });
     const res = await api.request({ method: 'GET', url: '/v1/services' });
     expect(res.status).toBe(200);

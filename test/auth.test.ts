@@ -103,13 +103,23 @@ describe('API keys', () => {
       body: { name: 'ci deploy', scopes: ['services:read', 'vps:read'] },
     });
     expect(res.status).toBe(201);
-    expect(res.body).toMatchObject({ object: 'api_key', name: 'ci deploy', scopes: ['services:read', 'vps:read'], service_allowlist: [], revoked_at: null, expires_at: null });
+    expect(res.body).toMatchObject({
+      object: 'api_key',
+      name: 'ci deploy',
+      scopes: ['services:read', 'vps:read'],
+      service_allowlist: [],
+      revoked_at: null,
+      expires_at: null,
+    });
     expect(res.body.token).toMatch(/^cloud_live_[0-9A-Za-z]{32,}$/);
     expect(res.body.token.startsWith(res.body.token_prefix)).toBe(true);
     expect(res.body.token.endsWith(res.body.token_last4)).toBe(true);
     expect(res.headers.get('location')).toBe(`/v1/api-keys/${res.body.id}`);
 
-    const stored = await stack.db('api_keys').where({ id: Number(res.body.id.slice(4)) }).first();
+    const stored = await stack
+      .db('api_keys')
+      .where({ id: Number(res.body.id.slice(4)) })
+      .first();
     expect(stored.token_hash).toBe(sha256Hex(res.body.token));
     expect(JSON.stringify(stored)).not.toContain(res.body.token);
 
@@ -154,15 +164,27 @@ describe('API keys', () => {
     expect(long.body.error).toMatchObject({ code: 'validation_failed', param: 'name' });
     const empty = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: '', scopes: ['services:read'] } });
     expect(empty.body.error.param).toBe('name');
-    const past = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], expires_at: '2001-01-01T00:00:00Z' } });
+    const past = await stack.http.post('/v1/api-keys', {
+      token: stack.owner.session,
+      body: { name: 'x', scopes: ['services:read'], expires_at: '2001-01-01T00:00:00Z' },
+    });
     expect(past.body.error).toMatchObject({ code: 'validation_failed', param: 'expires_at' });
-    const farOffset = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], expires_at: '2999-12-31T23:59:59-23:59' } });
+    const farOffset = await stack.http.post('/v1/api-keys', {
+      token: stack.owner.session,
+      body: { name: 'x', scopes: ['services:read'], expires_at: '2999-12-31T23:59:59-23:59' },
+    });
     expect(farOffset.status).toBe(201);
     expect(farOffset.body.expires_at).toBe('3000-01-01T23:58:59.000Z');
-    const yearTenThousand = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], expires_at: '9999-12-31T23:59:59-23:59' } });
+    const yearTenThousand = await stack.http.post('/v1/api-keys', {
+      token: stack.owner.session,
+      body: { name: 'x', scopes: ['services:read'], expires_at: '9999-12-31T23:59:59-23:59' },
+    });
     expect(yearTenThousand.status).toBe(400);
     expect(yearTenThousand.body.error).toMatchObject({ code: 'validation_failed', param: 'expires_at' });
-    const bad = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], service_allowlist: ['svc_999999'] } });
+    const bad = await stack.http.post('/v1/api-keys', {
+      token: stack.owner.session,
+      body: { name: 'x', scopes: ['services:read'], service_allowlist: ['svc_999999'] },
+    });
     expect(bad.body.error).toMatchObject({ code: 'validation_failed', param: 'service_allowlist.0' });
     const unknownField = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'x', scopes: ['services:read'], admin: true } });
     expect(unknownField.status).toBe(400);
@@ -206,7 +228,10 @@ describe('API keys', () => {
     const token = created.body.token;
     expect((await stack.http.get('/v1/services', { token })).status).toBe(200);
     // A second resolver stands in for another API process with its own cache.
-    const otherProcess = new (stack.api.deps.credentials.constructor as typeof import('../domain/credentials').CredentialResolver)(stack.db, stack.config.CREDENTIAL_CACHE_TTL);
+    const otherProcess = new (stack.api.deps.credentials.constructor as typeof import('../domain/credentials').CredentialResolver)(
+      stack.db,
+      stack.config.CREDENTIAL_CACHE_TTL,
+    );
     await otherProcess.authenticate(`Bearer ${token}`);
 
     const revoked = await stack.http.post(`/v1/api-keys/${created.body.id}/revoke`, { token: stack.owner.session });
@@ -226,7 +251,7 @@ describe('API keys', () => {
     expect(patch.status).toBe(409);
   });
 
-  it('shows a non-owner only their own keys; another account\'s key is 404', async () => {
+  it("shows a non-owner only their own keys; another account's key is 404", async () => {
     const user = await createUser(stack.db, stack.owner.accountId, { scopes: ['apikeys:read', 'apikeys:write', 'services:read'] });
     const session = await createSession(stack.db, stack.owner.accountId, user.userId);
     const mine = await stack.http.post('/v1/api-keys', { token: session.token, body: { name: 'mine', scopes: ['services:read'] } });
@@ -251,7 +276,10 @@ describe('effective authority', () => {
     const token = created.body.token;
     expect((await stack.http.get('/v1/services', { token })).status).toBe(200);
 
-    await stack.db('users').where({ id: user.userId }).update({ scopes: ['account:read', 'apikeys:write'] });
+    await stack
+      .db('users')
+      .where({ id: user.userId })
+      .update({ scopes: ['account:read', 'apikeys:write'] });
     await sleep(stack.config.CREDENTIAL_CACHE_TTL + 50);
     const denied = await stack.http.get('/v1/services', { token });
     expect(denied.status).toBe(403);

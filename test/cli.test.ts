@@ -69,7 +69,10 @@ describe('cloud login and profiles', () => {
     expect(quiet.stdout).toBe('');
     expect(quiet.stdout + quiet.stderr).not.toContain('cloud_sess_');
 
-    const shown = await runCli(['login', '--email', email, '--password-stdin', '--profile', 'third', '--show-token'], { env: home.env, input: `${FIXTURE_PASSWORD}\n` });
+    const shown = await runCli(['login', '--email', email, '--password-stdin', '--profile', 'third', '--show-token'], {
+      env: home.env,
+      input: `${FIXTURE_PASSWORD}\n`,
+    });
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout.trim()).toMatch(/^cloud_sess_\S+$/);
 
@@ -127,7 +130,12 @@ describe('cloud commands from the route table', () => {
     expect(op).toMatchObject({ object: 'operation', type: 'vps.power', status: 'succeeded', progress: 100, result: { action: 'reboot' } });
     // Not a terminal: one plain line per change of status or progress.
     expect(res.stderr).toContain(`${op.id} vps.power succeeded 100%`);
-    expect(res.stderr.trim().split('\n').every((l) => l.startsWith(`${op.id} vps.power `))).toBe(true);
+    expect(
+      res.stderr
+        .trim()
+        .split('\n')
+        .every((l) => l.startsWith(`${op.id} vps.power `)),
+    ).toBe(true);
     const stored = await stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key });
     expect(JSON.parse(res.stdout)).toEqual(stored.body);
   });
@@ -141,7 +149,7 @@ describe('cloud commands from the route table', () => {
     expect(JSON.parse(readFileSync(out, 'utf8'))).toMatchObject({ status: 'succeeded' });
   });
 
-  it('ends with exit 1 and the operation\'s error when the operation fails', async () => {
+  it("ends with exit 1 and the operation's error when the operation fails", async () => {
     await failNextTask(stack, vps);
     const res = await runCli(['vps', 'power', vps.id, '--action', 'stop', '--wait'], { env: ownerEnv });
     expect(res.code).toBe(1);
@@ -170,7 +178,9 @@ describe('cloud commands from the route table', () => {
 
   it('sends an Idempotency-Key with every mutation (orders refuse to run without one)', async () => {
     const since = new Date();
-    const res = await runCli(['api', 'POST', '/v1/orders', '--data', JSON.stringify({ product: 'dns-zone', options: { zone: 'cli-test.example' } })], { env: ownerEnv });
+    const res = await runCli(['api', 'POST', '/v1/orders', '--data', JSON.stringify({ product: 'dns-zone', options: { zone: 'cli-test.example' } })], {
+      env: ownerEnv,
+    });
     expect(res.code, res.stderr).toBe(0);
     expect(JSON.parse(res.stdout)).toMatchObject({ object: 'operation', type: 'orders.create' });
     const keys = await stack.db('idempotency_keys').where({ account_id: stack.owner.accountId, path: '/v1/orders' }).where('created_at', '>=', since);
@@ -188,7 +198,15 @@ describe('cloud commands from the route table', () => {
     // Any credential may ask what it holds; that is how the CLI and `cloud mcp` know it.
     const who = await runCli(['account', 'credential'], { env: { ...home.env, CLOUD_TOKEN: narrow.token } });
     expect(who.code, who.stderr).toBe(0);
-    expect(JSON.parse(who.stdout)).toEqual({ object: 'credential', id: narrow.id, type: 'api_key', scopes: ['services:read'], service_allowlist: [], is_owner: true, rate_limit_tier: 'standard' });
+    expect(JSON.parse(who.stdout)).toEqual({
+      object: 'credential',
+      id: narrow.id,
+      type: 'api_key',
+      scopes: ['services:read'],
+      service_allowlist: [],
+      is_owner: true,
+      rate_limit_tier: 'standard',
+    });
     // --token wins over CLOUD_TOKEN.
     const owner = await runCli(['vps', 'list', '--token', stack.owner.key], { env: { ...home.env, CLOUD_TOKEN: narrow.token } });
     expect(owner.code, owner.stderr).toBe(0);
@@ -237,7 +255,12 @@ describe('cloud commands from the route table', () => {
     const file = path.join(home.env.HOME, 'cloud.bash');
     writeFileSync(file, script.stdout);
     const complete = (words: string[]) =>
-      execFileSync('bash', ['-c', `source "$1"; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _cloud_complete; echo "\${COMPREPLY[*]}"`, 'bash', file])
+      execFileSync('bash', [
+        '-c',
+        `source "$1"; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _cloud_complete; echo "\${COMPREPLY[*]}"`,
+        'bash',
+        file,
+      ])
         .toString()
         .trim();
     expect(complete(['cloud', 'vps', 'po'])).toBe('power');

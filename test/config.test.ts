@@ -32,12 +32,16 @@ describe('configuration', () => {
   });
 
   it('names every bad variable', () => {
-    expect(() => loadConfig({ PORT: 'eighty', ORDER_ACTIVATION_TIMEOUT: 'later' })).toThrow(/PORT[\s\S]*ORDER_ACTIVATION_TIMEOUT|ORDER_ACTIVATION_TIMEOUT[\s\S]*PORT/);
+    expect(() => loadConfig({ PORT: 'eighty', ORDER_ACTIVATION_TIMEOUT: 'later' })).toThrow(
+      /PORT[\s\S]*ORDER_ACTIVATION_TIMEOUT|ORDER_ACTIVATION_TIMEOUT[\s\S]*PORT/,
+    );
   });
 
   it('refuses the local stand-ins and a missing master key in production', () => {
     expect(() => loadConfig({ NODE_ENV: 'production', CLOUD_DEV_ENDPOINTS: '1', CLOUD_MASTER_KEY: 'k'.repeat(64) })).toThrow(/CLOUD_DEV_ENDPOINTS: refused/);
-    expect(() => loadConfig({ NODE_ENV: 'production', WEBHOOK_ALLOW_INSECURE_TARGETS: '1', CLOUD_MASTER_KEY: 'k'.repeat(64) })).toThrow(/WEBHOOK_ALLOW_INSECURE_TARGETS/);
+    expect(() => loadConfig({ NODE_ENV: 'production', WEBHOOK_ALLOW_INSECURE_TARGETS: '1', CLOUD_MASTER_KEY: 'k'.repeat(64) })).toThrow(
+      /WEBHOOK_ALLOW_INSECURE_TARGETS/,
+    );
     expect(() => loadConfig({ NODE_ENV: 'production' })).toThrow(/CLOUD_MASTER_KEY/);
     expect(loadConfig({ NODE_ENV: 'production', CLOUD_MASTER_KEY: 'ab'.repeat(32) }).CLOUD_DEV_ENDPOINTS).toBe(false);
   });

@@ -66,7 +66,14 @@ describe('zones', () => {
     const { zone, id } = await newZone(stack, uniqueZone('Live-'));
     const res = await stack.http.get(`/v1/dns/zones/${zone.toUpperCase()}.`, { token });
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ object: 'dns_zone', name: zone, service_id: id, kind: 'native', record_count: 3, nameservers: TEST_ZONE_DEFAULTS.nameservers });
+    expect(res.body).toMatchObject({
+      object: 'dns_zone',
+      name: zone,
+      service_id: id,
+      kind: 'native',
+      record_count: 3,
+      nameservers: TEST_ZONE_DEFAULTS.nameservers,
+    });
     expect(res.body.serial).toBe((await env.pdns.adapter.zoneInfo(zone)).serial);
 
     const idn = await newZone(stack, `bücher-${process.pid}.example`);
@@ -126,7 +133,9 @@ describe('records', () => {
     expect(page1.body).toMatchObject({ has_more: true, next_cursor: expect.any(String) });
     const page2 = await stack.http.get(records(zone, `?limit=2&cursor=${encodeURIComponent(page1.body.next_cursor)}`), { token });
     const page3 = await stack.http.get(records(zone, `?limit=2&cursor=${encodeURIComponent(page2.body.next_cursor)}`), { token });
-    expect([...page1.body.data, ...page2.body.data, ...page3.body.data].map((r: any) => `${r.name} ${r.type}`)).toEqual(res.body.data.map((r: any) => `${r.name} ${r.type}`));
+    expect([...page1.body.data, ...page2.body.data, ...page3.body.data].map((r: any) => `${r.name} ${r.type}`)).toEqual(
+      res.body.data.map((r: any) => `${r.name} ${r.type}`),
+    );
     expect(page3.body.has_more).toBe(false);
     expect(page2.headers.get('etag')).toBe(etag);
   });
@@ -180,7 +189,9 @@ describe('records', () => {
     expect((await r.resolveTxt(`sel._domainkey.${zone}`))[0].join('')).toBe(long);
     const srv = await stack.http.put(records(zone, '/_sip._tcp/srv'), { token, body: { values: ['10 5 5060 sip.example.net'] } });
     expect(srv.body).toMatchObject({ name: '_sip._tcp', type: 'SRV', values: ['10 5 5060 sip.example.net.'] });
-    expect((await r.resolveSrv(`_sip._tcp.${zone}`)).map(({ name, port, priority, weight }) => ({ name, port, priority, weight }))).toEqual([{ name: 'sip.example.net', port: 5060, priority: 10, weight: 5 }]);
+    expect((await r.resolveSrv(`_sip._tcp.${zone}`)).map(({ name, port, priority, weight }) => ({ name, port, priority, weight }))).toEqual([
+      { name: 'sip.example.net', port: 5060, priority: 10, weight: 5 },
+    ]);
     const caa = await stack.http.put(records(zone, '/@/CAA'), { token, body: { values: ['0 issue letsencrypt.org'] } });
     expect(caa.body.values).toEqual(['0 issue "letsencrypt.org"']);
     const v6 = await stack.http.put(records(zone, '/v6/AAAA'), { token, body: { values: ['2001:DB8:0:0::1'] } });
@@ -239,14 +250,22 @@ describe('records', () => {
     expect(stale.status).toBe(412);
     expect(stale.body.error).toMatchObject({ type: 'invalid_request_error', code: 'precondition_failed' });
     expect((await stack.http.get(records(zone, '/www/A'), { token })).body.values).toEqual(['192.0.2.1']);
-    expect((await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.99'] }, headers: { 'if-match': `W/${moved}` } })).status).toBe(412);
+    expect((await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.99'] }, headers: { 'if-match': `W/${moved}` } })).status).toBe(
+      412,
+    );
     expect((await stack.http.delete(records(zone, '/www/A'), { token, headers: { 'if-match': before } })).status).toBe(412);
-    expect((await stack.http.patch(records(zone), { token, body: { records: [{ name: 'n', type: 'A', values: ['192.0.2.3'] }] }, headers: { 'if-match': before } })).status).toBe(412);
+    expect(
+      (await stack.http.patch(records(zone), { token, body: { records: [{ name: 'n', type: 'A', values: ['192.0.2.3'] }] }, headers: { 'if-match': before } }))
+        .status,
+    ).toBe(412);
     expect((await stack.http.get(records(zone, '/n/A'), { token })).status).toBe(404);
 
     const ok = await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.99'] }, headers: { 'if-match': moved } });
     expect(ok.status).toBe(200);
-    expect((await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.98'] }, headers: { 'if-match': `"nope", ${ok.headers.get('etag')}` } })).status).toBe(200);
+    expect(
+      (await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.98'] }, headers: { 'if-match': `"nope", ${ok.headers.get('etag')}` } }))
+        .status,
+    ).toBe(200);
   });
 
   it('a change made on PowerDNS directly (pdnsutil) invalidates the ETag', async () => {
@@ -263,7 +282,9 @@ describe('records', () => {
     const { zone } = await newZone(stack, uniqueZone('race'));
     const etag = (await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.1'] } })).headers.get('etag')!;
     const results = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => stack.http.put(records(zone, i % 2 ? '/www/A' : `/n${i}/A`), { token, body: { values: [`192.0.2.${i + 10}`] }, headers: { 'if-match': etag } })),
+      Array.from({ length: 8 }, (_, i) =>
+        stack.http.put(records(zone, i % 2 ? '/www/A' : `/n${i}/A`), { token, body: { values: [`192.0.2.${i + 10}`] }, headers: { 'if-match': etag } }),
+      ),
     );
     const statuses = results.map((r) => r.status).sort();
     expect(statuses).toEqual([200, 412, 412, 412, 412, 412, 412, 412]);
@@ -330,7 +351,12 @@ describe('records', () => {
 
     const conflict = await stack.http.patch(records(zone), {
       token,
-      body: { records: [{ name: 'g', type: 'A', values: ['192.0.2.7'] }, { name: 'a', type: 'CNAME', values: ['x.example.net'] }] },
+      body: {
+        records: [
+          { name: 'g', type: 'A', values: ['192.0.2.7'] },
+          { name: 'a', type: 'CNAME', values: ['x.example.net'] },
+        ],
+      },
     });
     expect(conflict.status).toBe(409);
     expect(conflict.body.error).toMatchObject({ code: 'conflict', param: 'records.1', applied: 1 });
@@ -390,7 +416,11 @@ describe('backend down', () => {
     } finally {
       // Same ports again, so the stack's adapter finds it.
       const api = new URL(env.pdns.server.apiUrl);
-      env.pdns.server = await PowerDnsServer.start({ dataDir: env.pdns.dataDir, dnsAddress: env.pdns.server.dnsAddress, apiAddress: `${api.hostname}:${api.port}` });
+      env.pdns.server = await PowerDnsServer.start({
+        dataDir: env.pdns.dataDir,
+        dnsAddress: env.pdns.server.dnsAddress,
+        apiAddress: `${api.hostname}:${api.port}`,
+      });
     }
     expect((await stack.http.put(records(zone, '/www/A'), { token, body: { values: ['192.0.2.1'] } })).status).toBe(200);
   });

@@ -30,7 +30,12 @@ describe('ordering a dns-zone', () => {
     const c = await newCustomer(stack);
     const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'Shop-Bücher.Example.' } });
     expect(res.status, res.text).toBe(202);
-    const done = await waitFor(() => opStatus(c.token, res.body.id), (op) => op.status === 'succeeded' || op.status === 'failed', 30_000, 200);
+    const done = await waitFor(
+      () => opStatus(c.token, res.body.id),
+      (op) => op.status === 'succeeded' || op.status === 'failed',
+      30_000,
+      200,
+    );
     expect(done.status, JSON.stringify(done.error)).toBe('succeeded');
     const serviceId = done.result.service.id;
     const zone = 'xn--shop-bcher-feb.example';
@@ -60,21 +65,35 @@ describe('ordering a dns-zone', () => {
     // Billing terminates the service: the teardown deletes the zone from the server.
     expect((await stack.http.post(`/_dev/services/${serviceId}/terminate`, { body: {} })).status).toBe(200);
     const gone = await waitFor(
-      () => env.pdns.adapter.zoneInfo(zone).then(() => false, (err: unknown) => err instanceof BackendGoneError),
+      () =>
+        env.pdns.adapter.zoneInfo(zone).then(
+          () => false,
+          (err: unknown) => err instanceof BackendGoneError,
+        ),
       (g) => g,
       20_000,
       200,
     );
     expect(gone).toBe(true);
     await expect(resolverFor(env.pdns.server.dnsAddress).resolve4(`www.${zone}`)).rejects.toMatchObject({ code: 'EREFUSED' });
-    await waitFor(() => stack.db('dns_zones').where({ name: zone }).first(), (row) => row === undefined, 10_000, 100);
+    await waitFor(
+      () => stack.db('dns_zones').where({ name: zone }).first(),
+      (row) => row === undefined,
+      10_000,
+      100,
+    );
     expect((await stack.http.get('/v1/dns/zones', { token: c.token })).body.data).toEqual([]);
     expect((await stack.http.get(`/v1/dns/zones/${zone}`, { token: c.token })).status).toBe(404);
 
     // The name is free again.
     const again = await placeOrder(stack, rival, { product: 'dns-zone', options: { zone } });
     expect(again.status, again.text).toBe(202);
-    const second = await waitFor(() => opStatus(rival.token, again.body.id), (op) => op.status === 'succeeded' || op.status === 'failed', 30_000, 200);
+    const second = await waitFor(
+      () => opStatus(rival.token, again.body.id),
+      (op) => op.status === 'succeeded' || op.status === 'failed',
+      30_000,
+      200,
+    );
     expect(second.status).toBe('succeeded');
     expect((await env.pdns.adapter.zoneInfo(zone)).recordCount).toBe(3);
   });
@@ -87,7 +106,9 @@ describe('seed', () => {
     await seedDns(stack.db, stack.api.deps.providers, stack.config);
     const r = resolverFor(env.pdns.server.dnsAddress);
     expect(await r.resolve4('www.example.test')).toEqual(['192.0.2.10']);
-    expect((await r.resolveMx('example.test')).map(({ exchange, priority }) => ({ exchange, priority }))).toEqual([{ exchange: 'mail.example.test', priority: 10 }]);
+    expect((await r.resolveMx('example.test')).map(({ exchange, priority }) => ({ exchange, priority }))).toEqual([
+      { exchange: 'mail.example.test', priority: 10 },
+    ]);
     const zone = await stack.http.get('/v1/dns/zones/example.test', { token: stack.owner.key });
     expect(zone.body).toMatchObject({ name: 'example.test', record_count: 6 });
   });

@@ -145,8 +145,8 @@ describe('the local PowerDNS server', () => {
 
   it('refuses to start when its port is taken, with the server output in the error', async () => {
     const other = path.join(pdns.dataDir, 'second');
-    await expect(PowerDnsServer.start({ dataDir: other, dnsAddress: pdns.server.dnsAddress, apiAddress: '127.0.0.1:0', startTimeoutMs: 10_000 })).rejects.toThrow(
-      /PowerDNS did not start/,
-    );
+    await expect(
+      PowerDnsServer.start({ dataDir: other, dnsAddress: pdns.server.dnsAddress, apiAddress: '127.0.0.1:0', startTimeoutMs: 10_000 }),
+    ).rejects.toThrow(/PowerDNS did not start/);
   });
 });

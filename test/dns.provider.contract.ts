@@ -134,11 +134,19 @@ export function dnsProviderContract(getProvider: () => DnsProvider): void {
         expect(err).toBeInstanceOf(BackendRefusedError);
         return err as BackendRefusedError;
       };
-      expect((await refusal(provider.replaceRRset(zone, { name: `m.${zone}`, type: 'MX', ttl: 300, values: ['mail.example.net.'] }))).code).toBe('invalid_content');
-      expect((await refusal(provider.replaceRRset(zone, { name: `m.${zone}`, type: 'MX', ttl: 300, values: ['10 mail.example.net'] }))).code).toBe('invalid_content');
+      expect((await refusal(provider.replaceRRset(zone, { name: `m.${zone}`, type: 'MX', ttl: 300, values: ['mail.example.net.'] }))).code).toBe(
+        'invalid_content',
+      );
+      expect((await refusal(provider.replaceRRset(zone, { name: `m.${zone}`, type: 'MX', ttl: 300, values: ['10 mail.example.net'] }))).code).toBe(
+        'invalid_content',
+      );
       expect((await refusal(provider.replaceRRset(zone, { name: `t.${zone}`, type: 'TXT', ttl: 300, values: ['unquoted'] }))).code).toBe('invalid_content');
-      expect((await refusal(provider.replaceRRset(zone, { name: `a.${zone}`, type: 'A', ttl: 300, values: ['192.0.2.1', '192.0.2.1'] }))).code).toBe('invalid_content');
-      expect((await refusal(provider.replaceRRset(zone, { name: 'www.elsewhere.example', type: 'A', ttl: 300, values: ['192.0.2.1'] }))).code).toBe('out_of_zone');
+      expect((await refusal(provider.replaceRRset(zone, { name: `a.${zone}`, type: 'A', ttl: 300, values: ['192.0.2.1', '192.0.2.1'] }))).code).toBe(
+        'invalid_content',
+      );
+      expect((await refusal(provider.replaceRRset(zone, { name: 'www.elsewhere.example', type: 'A', ttl: 300, values: ['192.0.2.1'] }))).code).toBe(
+        'out_of_zone',
+      );
 
       await provider.replaceRRset(zone, { name: `www.${zone}`, type: 'A', ttl: 300, values: ['192.0.2.1'] });
       const cname = await refusal(provider.replaceRRset(zone, { name: `www.${zone}`, type: 'CNAME', ttl: 300, values: ['other.example.net.'] }));

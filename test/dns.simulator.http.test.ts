@@ -27,12 +27,19 @@ describe('DNS on the simulator', () => {
     expect((await stack.http.get(`/v1/dns/zones/${zone}`, { token })).body.serial).toBeGreaterThan(z0.serial);
     expect((await stack.http.get(`/v1/dns/zones/${zone}/records`, { token })).headers.get('etag')).toBe(etag);
     await stack.http.put(`/v1/dns/zones/${zone}/records/mx/MX`, { token, body: { values: ['10 mail.example.net'] } });
-    expect((await stack.http.put(`/v1/dns/zones/${zone}/records/www/A`, { token, body: { values: ['192.0.2.2'] }, headers: { 'if-match': etag } })).status).toBe(412);
+    expect(
+      (await stack.http.put(`/v1/dns/zones/${zone}/records/www/A`, { token, body: { values: ['192.0.2.2'] }, headers: { 'if-match': etag } })).status,
+    ).toBe(412);
     expect((await stack.http.put(`/v1/dns/zones/${zone}/records/www/CNAME`, { token, body: { values: ['x.example.net'] } })).status).toBe(409);
 
     const patch = await stack.http.patch(`/v1/dns/zones/${zone}/records`, {
       token,
-      body: { records: [{ name: 't', type: 'TXT', values: ['hi'] }, { name: 'www', type: 'A', values: ['bad'] }] },
+      body: {
+        records: [
+          { name: 't', type: 'TXT', values: ['hi'] },
+          { name: 'www', type: 'A', values: ['bad'] },
+        ],
+      },
     });
     expect(patch.body.error).toMatchObject({ param: 'records.1.values.0', applied: 1 });
 

@@ -36,7 +36,12 @@ export async function startDnsStack(options: StackOptions = {}): Promise<DnsStac
 
 /** A dns service of the stack's owner with its zone on the DNS server (through the dev stand-in). */
 export async function newZone(stack: Stack, zone: string, opts: { accountId?: number; capabilities?: Record<string, boolean> } = {}) {
-  const service = await createService(stack.db, opts.accountId ?? stack.owner.accountId, { family: 'dns', label: zone, product: 'dns-zone', capabilities: opts.capabilities });
+  const service = await createService(stack.db, opts.accountId ?? stack.owner.accountId, {
+    family: 'dns',
+    label: zone,
+    product: 'dns-zone',
+    capabilities: opts.capabilities,
+  });
   const res = await stack.http.post(`/_dev/dns/${service.id}/zone`, { body: {} });
   if (res.status !== 200) throw new Error(`creating zone ${zone}: ${res.status} ${res.text}`);
   return { serviceId: service.serviceId, id: service.id, zone: res.body.name as string };

@@ -27,14 +27,24 @@ describe('zone names', () => {
     expect(normalizeZoneName('sub.domain.example.co.uk')).toBe('sub.domain.example.co.uk');
   });
 
-  it.each(['', 'org', 'org.', 'exa mple.org', '-bad.org', 'bad-.org', 'a..b', 'under_score.org', '*.example.org', '1.2.3.4', `${'a'.repeat(64)}.org`, `${'a.'.repeat(127)}org`])(
-    'refuses %j with 400 at the given param',
-    (input) => {
-      const err = failure(() => normalizeZoneName(input, 'options.zone'));
-      expect(err).toMatchObject({ status: 400, code: 'validation_failed', param: 'options.zone' });
-      expect(parseZoneName(input)).toBeNull();
-    },
-  );
+  it.each([
+    '',
+    'org',
+    'org.',
+    'exa mple.org',
+    '-bad.org',
+    'bad-.org',
+    'a..b',
+    'under_score.org',
+    '*.example.org',
+    '1.2.3.4',
+    `${'a'.repeat(64)}.org`,
+    `${'a.'.repeat(127)}org`,
+  ])('refuses %j with 400 at the given param', (input) => {
+    const err = failure(() => normalizeZoneName(input, 'options.zone'));
+    expect(err).toMatchObject({ status: 400, code: 'validation_failed', param: 'options.zone' });
+    expect(parseZoneName(input)).toBeNull();
+  });
 });
 
 describe('record names', () => {
@@ -199,7 +209,15 @@ describe('RRset changes', () => {
     expect(failure(() => parseRRsetChange(zone, { name: 'x', type: 'HINFO', values: ['x'] }, { allowEmpty: false }))).toMatchObject({ param: 'type' });
     expect(failure(() => parseValues('A', [], { allowEmpty: false }))).toMatchObject({ param: 'values' });
     expect(failure(() => parseValues('A', 'nope', { allowEmpty: true }))).toMatchObject({ param: 'values' });
-    expect(failure(() => parseValues('A', Array.from({ length: 101 }, (_, i) => `192.0.2.${i}`), { allowEmpty: false }))).toMatchObject({ param: 'values' });
+    expect(
+      failure(() =>
+        parseValues(
+          'A',
+          Array.from({ length: 101 }, (_, i) => `192.0.2.${i}`),
+          { allowEmpty: false },
+        ),
+      ),
+    ).toMatchObject({ param: 'values' });
     const dup = failure(() => parseValues('AAAA', ['2001:db8::1', '2001:DB8:0::1'], { allowEmpty: false }));
     expect(dup).toMatchObject({ param: 'values.1' });
     expect(dup.message).toMatch(/values\.0/);
@@ -213,20 +231,42 @@ describe('RRset changes', () => {
       { name: 'www.example.org', type: 'A', ttl: 300, values: ['192.0.2.1'] },
       { name: 'alias.example.org', type: 'CNAME', ttl: 300, values: ['x.example.net.'] },
     ];
-    expect(failure(() => assertCnameExclusive(existing, zone, { fqdn: 'www.example.org', type: 'CNAME', values: ['y.example.net.'] }))).toMatchObject({ status: 409, code: 'conflict' });
-    expect(failure(() => assertCnameExclusive(existing, zone, { fqdn: 'alias.example.org', type: 'TXT', values: ['"x"'] }))).toMatchObject({ status: 409, code: 'conflict' });
+    expect(failure(() => assertCnameExclusive(existing, zone, { fqdn: 'www.example.org', type: 'CNAME', values: ['y.example.net.'] }))).toMatchObject({
+      status: 409,
+      code: 'conflict',
+    });
+    expect(failure(() => assertCnameExclusive(existing, zone, { fqdn: 'alias.example.org', type: 'TXT', values: ['"x"'] }))).toMatchObject({
+      status: 409,
+      code: 'conflict',
+    });
     // Replacing the CNAME itself, deleting beside it, and other names are fine.
     assertCnameExclusive(existing, zone, { fqdn: 'alias.example.org', type: 'CNAME', values: ['z.example.net.'] });
     assertCnameExclusive(existing, zone, { fqdn: 'alias.example.org', type: 'TXT', values: [] });
     assertCnameExclusive(existing, zone, { fqdn: 'www.example.org', type: 'AAAA', values: ['2001:db8::1'] });
-    expect(failure(() => parseRRsetChange(zone, { name: '@', type: 'CNAME', values: ['x.example.net'] }, { allowEmpty: false }))).toMatchObject({ status: 409 });
+    expect(failure(() => parseRRsetChange(zone, { name: '@', type: 'CNAME', values: ['x.example.net'] }, { allowEmpty: false }))).toMatchObject({
+      status: 409,
+    });
   });
 
   it('puts a PATCH element index in front of the param', () => {
-    const err = withParamPrefix(failure(() => parseValues('A', ['192.0.2.1', 'x'], { allowEmpty: false })), 'records.3') as ApiError;
+    const err = withParamPrefix(
+      failure(() => parseValues('A', ['192.0.2.1', 'x'], { allowEmpty: false })),
+      'records.3',
+    ) as ApiError;
     expect(err).toMatchObject({ status: 400, param: 'records.3.values.1', extra: { errors: [{ param: 'records.3.values.1' }] } });
     expect(err.message).toMatch(/^records\.3\.values\.1: /);
-    expect(withParamPrefix(failure(() => assertCnameExclusive([{ name: 'a.example.org', type: 'A', ttl: 60, values: ['192.0.2.1'] }], zone, { fqdn: 'a.example.org', type: 'CNAME', values: ['b.'] })), 'records.0')).toMatchObject({
+    expect(
+      withParamPrefix(
+        failure(() =>
+          assertCnameExclusive([{ name: 'a.example.org', type: 'A', ttl: 60, values: ['192.0.2.1'] }], zone, {
+            fqdn: 'a.example.org',
+            type: 'CNAME',
+            values: ['b.'],
+          }),
+        ),
+        'records.0',
+      ),
+    ).toMatchObject({
       status: 409,
       param: 'records.0',
     });

@@ -42,10 +42,12 @@ describe('API SIGKILL during a burst of idempotent POSTs', () => {
   it('leaves no key stuck, runs no request twice, and every operation ends', async () => {
     const first = Array.from({ length: KEYS }, (_, i) => order(i));
     // Kill it midway: some requests answered, some holding their key, some of those past creating their operation.
-    const count = async (table: string, where: Record<string, unknown>) => Number(((await stack.db(table).where(where).count('* as n').first()) as unknown as { n: string }).n);
+    const count = async (table: string, where: Record<string, unknown>) =>
+      Number(((await stack.db(table).where(where).count('* as n').first()) as unknown as { n: string }).n);
     await until(
       'requests midway',
-      async () => (await count('operations', { account_id: stack.owner.accountId })) >= KEYS / 3 && (await count('idempotency_keys', { state: 'running' })) >= 3,
+      async () =>
+        (await count('operations', { account_id: stack.owner.accountId })) >= KEYS / 3 && (await count('idempotency_keys', { state: 'running' })) >= 3,
       30_000,
       5,
     );
@@ -88,6 +90,11 @@ describe('API SIGKILL during a burst of idempotent POSTs', () => {
     }
     expect(ended.filter((op) => op.status === 'succeeded').length).toBeGreaterThan(KEYS / 2);
     const voided = await stack.db('orders').where({ account_id: stack.owner.accountId, status: 'cancelled' });
-    expect(voided.map((o) => o.operation_id).sort()).toEqual(ended.filter((op) => op.status === 'failed').map((op) => op.id).sort());
+    expect(voided.map((o) => o.operation_id).sort()).toEqual(
+      ended
+        .filter((op) => op.status === 'failed')
+        .map((op) => op.id)
+        .sort(),
+    );
   });
 });

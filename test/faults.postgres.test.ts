@@ -27,7 +27,12 @@ describe('PostgreSQL stopped under load', () => {
     const vps = await stack.createVps();
     const first = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' } });
     expect(first.status, first.text).toBe(202);
-    await eventually(stack, 'the power operation', () => stack.db('operations').where({ id: first.body.id }).first(), (row) => row.status === 'succeeded');
+    await eventually(
+      stack,
+      'the power operation',
+      () => stack.db('operations').where({ id: first.body.id }).first(),
+      (row) => row.status === 'succeeded',
+    );
 
     const calls: Array<[string, () => Promise<{ status: number; body: any; headers: Headers }>]> = [
       ['GET /v1/services', () => stack.http.get('/v1/services', { token: stack.owner.key, checkContract: false })],
@@ -83,7 +88,9 @@ describe('PostgreSQL stopped under load', () => {
       async () => {
         const found: string[] = [];
         for (let cursor: string | null = null, page = 0; page < 20; page++) {
-          const res: { body: any } = await stack.http.get(`/v1/audit-logs?limit=100&status=503${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { token: stack.owner.key });
+          const res: { body: any } = await stack.http.get(`/v1/audit-logs?limit=100&status=503${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
+            token: stack.owner.key,
+          });
           found.push(...res.body.data.map((e: { request_id: string }) => e.request_id).filter((id: string) => ids.has(id)));
           cursor = res.body.next_cursor;
           if (!res.body.has_more) break;
@@ -94,6 +101,11 @@ describe('PostgreSQL stopped under load', () => {
       20_000,
     );
     expect(seen).toHaveLength(ids.size);
-    expect(await stack.db('audit_logs').whereIn('request_id', [...ids]).whereNull('account_id')).toEqual([]);
+    expect(
+      await stack
+        .db('audit_logs')
+        .whereIn('request_id', [...ids])
+        .whereNull('account_id'),
+    ).toEqual([]);
   });
 });

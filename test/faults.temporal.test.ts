@@ -26,9 +26,14 @@ afterAll(async () => {
   await stack?.close();
 });
 
-const power = (vps: { id: string }, action = 'stop') => stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action }, checkContract: false });
+const power = (vps: { id: string }, action = 'stop') =>
+  stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action }, checkContract: false });
 const operationsOf = (serviceId: number) => stack.db('operations').where({ service_id: serviceId }).orderBy('created_at');
-const tasksOf = (vmid: number) => stack.db('sim_tasks').where({ backend: 'vps', subject: String(vmid) }).orderBy('created_at');
+const tasksOf = (vmid: number) =>
+  stack
+    .db('sim_tasks')
+    .where({ backend: 'vps', subject: String(vmid) })
+    .orderBy('created_at');
 
 async function timed<T>(call: () => Promise<T>): Promise<{ value: T; ms: number }> {
   const started = Date.now();
@@ -44,7 +49,12 @@ describe('Temporal frozen (SIGSTOP)', () => {
       body: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long password for the freeze' },
     });
     expect(reinstalling.status, reinstalling.text).toBe(202);
-    await eventually(stack, 'the reinstall running', () => stack.db('operations').where({ id: reinstalling.body.id }).first(), (row) => row.progress >= 15);
+    await eventually(
+      stack,
+      'the reinstall running',
+      () => stack.db('operations').where({ id: reinstalling.body.id }).first(),
+      (row) => row.progress >= 15,
+    );
     const other = await stack.createVps();
     const tasksBefore = (await tasksOf(other.vmid)).length;
 
@@ -55,7 +65,11 @@ describe('Temporal frozen (SIGSTOP)', () => {
       expect(refused.value.body.error.code).toBe('backend_unavailable');
       expect(refused.ms).toBeLessThan(START_DEADLINE_MS + 1_500);
       const reinstall = await timed(() =>
-        stack.http.post(`/v1/vps/${other.id}/reinstall`, { token: stack.owner.key, body: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'another long password' }, checkContract: false }),
+        stack.http.post(`/v1/vps/${other.id}/reinstall`, {
+          token: stack.owner.key,
+          body: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'another long password' },
+          checkContract: false,
+        }),
       );
       expect(reinstall.value.status).toBe(503);
       expect(reinstall.ms).toBeLessThan(START_DEADLINE_MS + 1_500);
@@ -78,13 +92,24 @@ describe('Temporal frozen (SIGSTOP)', () => {
     expect(await operationsOf(other.serviceId)).toEqual([]);
     const again = await power(other);
     expect(again.status, again.text).toBe(202);
-    await eventually(stack, 'the power action after the thaw', () => stack.db('operations').where({ id: again.body.id }).first(), (row) => row.status === 'succeeded');
-    await eventually(stack, 'the reinstall', () => stack.db('operations').where({ id: reinstalling.body.id }).first(), (row) => row.status === 'succeeded', 90_000);
+    await eventually(
+      stack,
+      'the power action after the thaw',
+      () => stack.db('operations').where({ id: again.body.id }).first(),
+      (row) => row.status === 'succeeded',
+    );
+    await eventually(
+      stack,
+      'the reinstall',
+      () => stack.db('operations').where({ id: reinstalling.body.id }).first(),
+      (row) => row.status === 'succeeded',
+      90_000,
+    );
   });
 });
 
 describe('Temporal killed', () => {
-  it('answers 503 within the start deadline, not after the client\'s retries', async () => {
+  it("answers 503 within the start deadline, not after the client's retries", async () => {
     const vps = await stack.createVps();
     await stack.temporal.process.kill();
     try {
@@ -96,8 +121,19 @@ describe('Temporal killed', () => {
     } finally {
       await stack.temporal.start();
     }
-    const ok = await eventually(stack, 'a power action once Temporal is back', () => power(vps), (res) => res.status === 202, 60_000);
-    await eventually(stack, 'that power action', () => stack.db('operations').where({ id: ok.body.id }).first(), (row) => row.status === 'succeeded');
+    const ok = await eventually(
+      stack,
+      'a power action once Temporal is back',
+      () => power(vps),
+      (res) => res.status === 202,
+      60_000,
+    );
+    await eventually(
+      stack,
+      'that power action',
+      () => stack.db('operations').where({ id: ok.body.id }).first(),
+      (row) => row.status === 'succeeded',
+    );
   });
 
   it('restarted on its file mid-reinstall: the operation completes once, with one delivery and one hypervisor task', async () => {
@@ -108,12 +144,23 @@ describe('Temporal killed', () => {
     });
     expect(res.status, res.text).toBe(202);
     const opId: string = res.body.id;
-    await eventually(stack, 'the reinstall task on the hypervisor', () => stack.db('operations').where({ id: opId }).first(), (row) => row.progress >= 15);
+    await eventually(
+      stack,
+      'the reinstall task on the hypervisor',
+      () => stack.db('operations').where({ id: opId }).first(),
+      (row) => row.progress >= 15,
+    );
     await stack.temporal.process.kill();
     await new Promise((r) => setTimeout(r, 2_000));
     await stack.temporal.start();
 
-    const done = await eventually(stack, 'the reinstall', () => stack.db('operations').where({ id: opId }).first(), (row) => row.status === 'succeeded' || row.status === 'failed', 120_000);
+    const done = await eventually(
+      stack,
+      'the reinstall',
+      () => stack.db('operations').where({ id: opId }).first(),
+      (row) => row.status === 'succeeded' || row.status === 'failed',
+      120_000,
+    );
     expect(done.status).toBe('succeeded');
     const completed = (await stack.db('events').where({ type: 'operation.completed' })).filter((e) => e.data.id === opId);
     expect(completed).toHaveLength(1);

@@ -24,11 +24,22 @@ afterAll(async () => {
 });
 
 async function expectCompletedOnce(opId: string, vmid: number, kind: string) {
-  const done = await eventually(stack, opId, () => stack.db('operations').where({ id: opId }).first(), (row) => row.status === 'succeeded' || row.status === 'failed', 120_000);
+  const done = await eventually(
+    stack,
+    opId,
+    () => stack.db('operations').where({ id: opId }).first(),
+    (row) => row.status === 'succeeded' || row.status === 'failed',
+    120_000,
+  );
   expect(done.status, JSON.stringify(done.error)).toBe('succeeded');
   const completed = (await stack.db('events').where({ type: 'operation.completed' })).filter((e) => e.data.id === opId);
   expect(completed).toHaveLength(1);
-  await eventually(stack, 'the delivery', () => stack.db('webhook_deliveries').where({ event_id: completed[0].id }), (rows) => rows.length === 1 && rows[0].status === 'delivered');
+  await eventually(
+    stack,
+    'the delivery',
+    () => stack.db('webhook_deliveries').where({ event_id: completed[0].id }),
+    (rows) => rows.length === 1 && rows[0].status === 'delivered',
+  );
   await receiver.waitFor(receiver.received.length, 1_000);
   expect(receiver.received.filter((r) => r.headers['cloud-event-id'] === completed[0].id)).toHaveLength(1);
   const tasks = await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vmid), kind });
@@ -43,7 +54,12 @@ describe('worker SIGKILL', () => {
       body: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long password for the kill' },
     });
     expect(res.status, res.text).toBe(202);
-    await eventually(stack, 'the reinstall task', () => stack.db('operations').where({ id: res.body.id }).first(), (row) => row.progress >= 15);
+    await eventually(
+      stack,
+      'the reinstall task',
+      () => stack.db('operations').where({ id: res.body.id }).first(),
+      (row) => row.progress >= 15,
+    );
     await stack.worker.kill();
     await stack.startWorker();
     await expectCompletedOnce(res.body.id, vps.vmid, 'reinstall');
@@ -53,7 +69,12 @@ describe('worker SIGKILL', () => {
     const vps = await stack.createVps();
     const res = await stack.http.post(`/v1/vps/${vps.id}/backups`, { token: stack.owner.key, body: { mode: 'snapshot' } });
     expect(res.status, res.text).toBe(202);
-    await eventually(stack, 'the backup task', () => stack.db('operations').where({ id: res.body.id }).first(), (row) => Boolean(row.result?.backup_id));
+    await eventually(
+      stack,
+      'the backup task',
+      () => stack.db('operations').where({ id: res.body.id }).first(),
+      (row) => Boolean(row.result?.backup_id),
+    );
     await stack.worker.kill();
     await stack.startWorker();
     await expectCompletedOnce(res.body.id, vps.vmid, 'backup');

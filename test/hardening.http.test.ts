@@ -14,7 +14,10 @@ afterAll(() => stack?.close());
 
 async function auditRow(res: { headers: Headers }) {
   await stack.api.deps.audit.flush();
-  return stack.db('audit_logs').where({ request_id: res.headers.get('x-request-id') }).first();
+  return stack
+    .db('audit_logs')
+    .where({ request_id: res.headers.get('x-request-id') })
+    .first();
 }
 
 describe('routing and the audit log', () => {
@@ -58,7 +61,11 @@ describe('input limits', () => {
   it('answers deeply nested JSON with 400, never 500', async () => {
     for (const rawBody of ['['.repeat(100_000) + ']'.repeat(100_000), '{"a":'.repeat(50_000) + '1' + '}'.repeat(50_000)]) {
       for (const path of ['/v1/sessions', '/v1/webhooks']) {
-        const res = await stack.http.post(path, { token: stack.owner.key, rawBody, headers: { 'content-type': 'application/json', 'idempotency-key': `deep-${Math.random()}` } });
+        const res = await stack.http.post(path, {
+          token: stack.owner.key,
+          rawBody,
+          headers: { 'content-type': 'application/json', 'idempotency-key': `deep-${Math.random()}` },
+        });
         expect(res.status, res.text).toBe(400);
         expect(res.body.error).toMatchObject({ code: 'validation_failed', param: 'body' });
       }
@@ -76,8 +83,19 @@ describe('the audit write queue', () => {
     const down = createDb('postgres://cloud:cloud@127.0.0.1:1/nowhere', 1);
     const writer = new AuditWriter(down, logger, 10, 500, 5);
     const entry = (i: number): AuditEntry => ({
-      request_id: `req_bounded_${i}`, account_id: stack.owner.accountId, method: 'GET', path: '/v1/services', route: '/v1/services',
-      status: 200, error_code: null, scope_required: null, credential_id: null, ip: '127.0.0.1', via: 'api', duration_ms: 1, created_at: new Date(),
+      request_id: `req_bounded_${i}`,
+      account_id: stack.owner.accountId,
+      method: 'GET',
+      path: '/v1/services',
+      route: '/v1/services',
+      status: 200,
+      error_code: null,
+      scope_required: null,
+      credential_id: null,
+      ip: '127.0.0.1',
+      via: 'api',
+      duration_ms: 1,
+      created_at: new Date(),
     });
     for (let i = 0; i < 12; i++) writer.record(entry(i));
     await writer.flush();
@@ -104,12 +122,15 @@ describe('rate-limit tiers', () => {
     expect(refused.body.error).toMatchObject({ type: 'authorization_error', code: 'owner_required' });
     const standard = await stack.http.post('/v1/api-keys', { token: session, body: { name: 'plain', scopes: ['services:read'], rate_limit_tier: 'standard' } });
     expect(standard.status).toBe(201);
-    const owner = await stack.http.post('/v1/api-keys', { token: stack.owner.session, body: { name: 'fast', scopes: ['services:read'], rate_limit_tier: 'high' } });
+    const owner = await stack.http.post('/v1/api-keys', {
+      token: stack.owner.session,
+      body: { name: 'fast', scopes: ['services:read'], rate_limit_tier: 'high' },
+    });
     expect(owner.status).toBe(201);
     expect(owner.body.rate_limit_tier).toBe('high');
   });
 
-  it('multiplies only the key\'s own budget: the account budget is the same for every key', async () => {
+  it("multiplies only the key's own budget: the account budget is the same for every key", async () => {
     const limited = await startStack({ temporal: 'none', env: { RATE_LIMIT_DEFAULT_PER_KEY: '4', RATE_LIMIT_DEFAULT_PER_ACCOUNT: '6' } });
     try {
       const high = await createApiKey(limited.db, limited.owner.accountId, limited.owner.userId, { scopes: ['services:read'], tier: 'high' });

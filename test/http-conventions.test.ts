@@ -95,7 +95,10 @@ describe('idempotency', () => {
     const first = await stack.http.patch(`/v1/api-keys/${id}`, { token: stack.owner.session, headers, body: { name: 'first' } });
     expect(first.status).toBe(200);
     expect(first.headers.get('idempotent-replayed')).toBeNull();
-    await stack.db('api_keys').where({ id: Number(id.slice(4)) }).update({ name: 'changed meanwhile' });
+    await stack
+      .db('api_keys')
+      .where({ id: Number(id.slice(4)) })
+      .update({ name: 'changed meanwhile' });
     const replay = await stack.http.patch(`/v1/api-keys/${id}`, { token: stack.owner.session, headers, body: { name: 'first' } });
     expect(replay.status).toBe(200);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -307,7 +310,11 @@ describe('audit log', () => {
     await stack.api.deps.audit.flush();
     const rows = await stack.db('audit_logs').whereIn('request_id', [anon.headers.get('x-request-id'), nowhere.headers.get('x-request-id')]);
     expect(rows).toHaveLength(2);
-    expect(rows.find((r) => r.request_id === anon.headers.get('x-request-id'))).toMatchObject({ status: 401, error_code: 'authentication_required', account_id: null });
+    expect(rows.find((r) => r.request_id === anon.headers.get('x-request-id'))).toMatchObject({
+      status: 401,
+      error_code: 'authentication_required',
+      account_id: null,
+    });
     expect(rows.find((r) => r.request_id === nowhere.headers.get('x-request-id'))).toMatchObject({ status: 404, error_code: 'route_not_found', route: null });
     expect(await stack.db('audit_logs').where('path', '/healthz').count('* as n').first()).toMatchObject({ n: 0 });
   });
@@ -344,7 +351,11 @@ describe('capabilities, account and services', () => {
       api_version: 'v1',
       brand: expect.any(String),
       scopes_never_grantable_to_keys: ['apikeys:read', 'apikeys:write', 'users:read', 'users:write'],
-      limits: { max_page_size: 100, default_page_size: 20, rate_limits: { default: { per_key: 600, per_account: 1200 }, mutations: { per_key: 120, per_account: 240 } } },
+      limits: {
+        max_page_size: 100,
+        default_page_size: 20,
+        rate_limits: { default: { per_key: 600, per_account: 1200 }, mutations: { per_key: 120, per_account: 240 } },
+      },
     });
     expect(res.body.scopes).toEqual(expect.arrayContaining(['services:read', 'vps:console', 'wordpress:console', 'apikeys:write']));
     expect(res.body.resources).toEqual(expect.arrayContaining(['services', 'operations', 'api-keys', 'account', 'audit-logs']));
@@ -359,11 +370,19 @@ describe('capabilities, account and services', () => {
       object: 'account',
       id: `cus_${stack.owner.accountId}`,
       credit: 5,
-      credential: { object: 'credential', id: key.id, type: 'api_key', scopes: ['account:read'], service_allowlist: [svc.id], is_owner: true, rate_limit_tier: 'standard' },
+      credential: {
+        object: 'credential',
+        id: key.id,
+        type: 'api_key',
+        scopes: ['account:read'],
+        service_allowlist: [svc.id],
+        is_owner: true,
+        rate_limit_tier: 'standard',
+      },
     });
   });
 
-  it('shows a service with every field, filters by family, and hides other accounts\' services', async () => {
+  it("shows a service with every field, filters by family, and hides other accounts' services", async () => {
     const svc = await createService(stack.db, stack.owner.accountId, { family: 'dns', label: 'zone.test' });
     const res = await stack.http.get(`/v1/services/${svc.id}`, { token: stack.owner.key });
     expect(res.body).toEqual({

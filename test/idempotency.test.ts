@@ -85,7 +85,12 @@ describe('idempotency records', () => {
   it('reuses a key past its 24 hours, and the sweeper deletes such records', async () => {
     const vps = await createVps(stack);
     const path = `/v1/vps/${vps.id}/power`;
-    await staleRecord('expired', path, { action: 'start' }, { state: 'done', response_status: 202, response_body: JSON.stringify({}), expires_at: pgTime(1_000) });
+    await staleRecord(
+      'expired',
+      path,
+      { action: 'start' },
+      { state: 'done', response_status: 202, response_body: JSON.stringify({}), expires_at: pgTime(1_000) },
+    );
     const res = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'expired' } });
     expect(res.status, res.text).toBe(202);
     expect(res.headers.get('idempotent-replayed')).toBeNull();

@@ -20,7 +20,22 @@ function sources(dir: string): string[] {
 const files = PRODUCTION.flatMap((dir) => sources(path.join(root, dir))).map((file) => ({ file: path.relative(root, file), text: readFileSync(file, 'utf8') }));
 
 /** Tables of the control plane: its own records, never written by a backend. */
-const CONTROL_PLANE_TABLES = ['accounts', 'users', 'credentials', 'api_keys', 'sessions', 'services', 'operations', 'events', 'orders', 'webhooks', 'webhook_deliveries', 'audit_logs', 'idempotency_keys', 'vps_servers'];
+const CONTROL_PLANE_TABLES = [
+  'accounts',
+  'users',
+  'credentials',
+  'api_keys',
+  'sessions',
+  'services',
+  'operations',
+  'events',
+  'orders',
+  'webhooks',
+  'webhook_deliveries',
+  'audit_logs',
+  'idempotency_keys',
+  'vps_servers',
+];
 
 describe('kit boundaries', () => {
   it('no code outside providers/ imports a simulator or checks instanceof one', () => {
@@ -45,7 +60,7 @@ describe('kit boundaries', () => {
   it('providers do not import the domain, the API or activities', () => {
     // One known exception: the DNS simulator enforces the record-content grammar PowerDNS enforces,
     // and shares it with the API's validation (domain/dns/values.ts, which throws the API's 400).
-    const allowed = new Set(["providers/simulator/dns.simulator.ts: ../../domain/dns/values", "providers/simulator/dns.simulator.ts: ../../api/errors"]);
+    const allowed = new Set(['providers/simulator/dns.simulator.ts: ../../domain/dns/values', 'providers/simulator/dns.simulator.ts: ../../api/errors']);
     const offenders = files
       .filter(({ file }) => file.startsWith('providers/'))
       .flatMap(({ file, text }) => [...text.matchAll(/from '((\.\.\/)+(domain|api|activities|workers)\/[^']*)'/g)].map((m) => `${file}: ${m[1]}`))

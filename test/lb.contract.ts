@@ -33,7 +33,12 @@ export function freePort(address: string): Promise<number> {
   });
 }
 
-export function httpListener(name: string, port: number, backends: Array<{ ip: string; port: number; weight?: number }>, overrides: Partial<LbListener> = {}): LbListener {
+export function httpListener(
+  name: string,
+  port: number,
+  backends: Array<{ ip: string; port: number; weight?: number }>,
+  overrides: Partial<LbListener> = {},
+): LbListener {
   return {
     name,
     protocol: 'http',
@@ -79,9 +84,17 @@ export function describeLbContract(name: string, subject: () => LbContractSubjec
       await provider.create(serviceId);
       const [webPort, dbPort] = [await freePort(address), await freePort(address)];
       const set: LbListener[] = [
-        httpListener('web', webPort, [{ ip: '127.0.0.1', port: 9 }, { ip: '0:0:0:0:0:0:0:1', port: 9, weight: 3 }], {
-          health_check: { interval_seconds: 5 },
-        }),
+        httpListener(
+          'web',
+          webPort,
+          [
+            { ip: '127.0.0.1', port: 9 },
+            { ip: '0:0:0:0:0:0:0:1', port: 9, weight: 3 },
+          ],
+          {
+            health_check: { interval_seconds: 5 },
+          },
+        ),
         { name: 'db', protocol: 'tcp', port: dbPort, algorithm: 'leastconn', health_check: null, backends: [{ ip: '127.0.0.1', port: 5432, weight: 1 }] },
       ];
       const stored = await provider.apply(serviceId, set);
@@ -106,7 +119,18 @@ export function describeLbContract(name: string, subject: () => LbContractSubjec
         [[{ ...good[0], backends: [{ ip: 'backend.example.com', port: 80, weight: 1 }] }], 'listeners.0.backends.0.ip'],
         [[{ ...good[0], backends: [{ ip: '127.0.0.1', port: 0, weight: 1 }] }], 'listeners.0.backends.0.port'],
         [[{ ...good[0], backends: [{ ip: '127.0.0.1', port: 80, weight: 257 }] }], 'listeners.0.backends.0.weight'],
-        [[{ ...good[0], backends: [{ ip: '::1', port: 80, weight: 1 }, { ip: '0::1', port: 80, weight: 2 }] }], 'listeners.0.backends.1.ip'],
+        [
+          [
+            {
+              ...good[0],
+              backends: [
+                { ip: '::1', port: 80, weight: 1 },
+                { ip: '0::1', port: 80, weight: 2 },
+              ],
+            },
+          ],
+          'listeners.0.backends.1.ip',
+        ],
         [[{ ...good[0], port: 70000 }], 'listeners.0.port'],
         [[{ ...good[0], protocol: 'tcp', health_check: { path: '/healthz', interval_seconds: 2 } }], 'listeners.0.health_check.path'],
         [[{ ...good[0], health_check: { path: '/ok # and more', interval_seconds: 2 } }], 'listeners.0.health_check.path'],
@@ -130,7 +154,12 @@ export function describeLbContract(name: string, subject: () => LbContractSubjec
       expect((await provider.create(b)).address).toBe(shared);
       const port = await freePort(shared);
       await provider.apply(a, [httpListener('web', port, [{ ip: '127.0.0.1', port: 8080 }])]);
-      const err = await refusal(provider.apply(b, [httpListener('other', await freePort(shared), [{ ip: '127.0.0.1', port: 8080 }]), httpListener('web', port, [{ ip: '127.0.0.1', port: 8081 }])]));
+      const err = await refusal(
+        provider.apply(b, [
+          httpListener('other', await freePort(shared), [{ ip: '127.0.0.1', port: 8080 }]),
+          httpListener('web', port, [{ ip: '127.0.0.1', port: 8081 }]),
+        ]),
+      );
       expect(err.param).toBe('listeners.1.port');
       expect(await provider.listeners(b)).toEqual([]);
     });
@@ -139,7 +168,9 @@ export function describeLbContract(name: string, subject: () => LbContractSubjec
       const { provider, serviceId, address } = await make();
       await provider.create(serviceId);
       const port = await freePort(address);
-      await provider.apply(serviceId, [{ name: 'db', protocol: 'tcp', port, algorithm: 'source', health_check: null, backends: [{ ip: '127.0.0.1', port: 5432, weight: 1 }] }]);
+      await provider.apply(serviceId, [
+        { name: 'db', protocol: 'tcp', port, algorithm: 'source', health_check: null, backends: [{ ip: '127.0.0.1', port: 5432, weight: 1 }] },
+      ]);
       const stats = await provider.stats(serviceId);
       expect(stats.listeners).toEqual([
         {

@@ -53,9 +53,17 @@ describe('haproxy: traffic', () => {
     [one, two] = [await startBackend('one'), await startBackend('two')];
     port = await freePort(address);
     set = [
-      httpListener('web', port, [{ ip: '127.0.0.1', port: one.port }, { ip: '127.0.0.1', port: two.port }], {
-        health_check: { path: '/healthz', interval_seconds: 1 },
-      }),
+      httpListener(
+        'web',
+        port,
+        [
+          { ip: '127.0.0.1', port: one.port },
+          { ip: '127.0.0.1', port: two.port },
+        ],
+        {
+          health_check: { path: '/healthz', interval_seconds: 1 },
+        },
+      ),
     ];
     await lb.create(serviceId, set);
   });
@@ -127,7 +135,10 @@ describe('haproxy: traffic', () => {
     };
     const clients = Array.from({ length: 4 }, client);
     const reloads: number[] = [];
-    const okAtStart = await eventually(async () => ok, (n) => n >= 20);
+    const okAtStart = await eventually(
+      async () => ok,
+      (n) => n >= 20,
+    );
     for (let i = 0; i < 6; i++) {
       const before = ok;
       const started = Date.now();
@@ -136,7 +147,10 @@ describe('haproxy: traffic', () => {
       ]);
       reloads.push(Date.now() - started);
       // Traffic kept flowing across this reload.
-      await eventually(async () => ok, (n) => n > before + 5);
+      await eventually(
+        async () => ok,
+        (n) => n > before + 5,
+      );
     }
     done = true;
     await Promise.all(clients);
@@ -154,7 +168,13 @@ describe('haproxy: traffic', () => {
       () => lb.stats(serviceId),
       (s) => s.listeners[0].backends[1].health === 'down',
     );
-    expect(stats.listeners[0]).toMatchObject({ state: 'up', backends: [{ port: one.port, health: 'up' }, { port: two.port, health: 'down' }] });
+    expect(stats.listeners[0]).toMatchObject({
+      state: 'up',
+      backends: [
+        { port: one.port, health: 'up' },
+        { port: two.port, health: 'down' },
+      ],
+    });
     const answers: string[] = [];
     for (let i = 0; i < 6; i++) answers.push(await get(address, port));
     expect(answers).toEqual(Array(6).fill('one'));
@@ -214,11 +234,16 @@ describe('haproxy: addresses and checks', () => {
     }
   });
 
-  it("maps a line `haproxy -c` rejects to the listener field it was rendered from", async () => {
+  it('maps a line `haproxy -c` rejects to the listener field it was rendered from', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'lb-check-'));
     try {
       // Past the listener rules nothing like this reaches HAProxy; rendered by hand to see HAProxy's own check.
-      const set = [httpListener('web', 8080, [{ ip: '127.0.0.1', port: 80 }, { ip: 'no-such-host.invalid', port: 80 }])];
+      const set = [
+        httpListener('web', 8080, [
+          { ip: '127.0.0.1', port: 80 },
+          { ip: 'no-such-host.invalid', port: 80 },
+        ]),
+      ];
       const rendered = renderConfig(set, { address: '127.0.0.1', statsSocket: path.join(dir, 'stats.sock'), serviceId: 1 });
       const file = path.join(dir, 'haproxy.cfg');
       await import('node:fs/promises').then((fs) => fs.writeFile(file, rendered.text));

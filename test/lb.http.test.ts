@@ -208,7 +208,12 @@ describe('load balancers on HAProxy, over HTTP', () => {
     expect(put.status, put.text).toBe(200);
     const six = put.body.data.find((l: any) => l.name === 'six');
     expect(six.backends[0].ip).toBe('::1');
-    expect(await eventually(() => get(address, six.port).catch(() => ''), (a) => a === 'six')).toBe('six');
+    expect(
+      await eventually(
+        () => get(address, six.port).catch(() => ''),
+        (a) => a === 'six',
+      ),
+    ).toBe('six');
 
     const del = await stack.http.delete(`${path()}/backends/six/${encodeURIComponent('::1')}/${v6.port}`, { token });
     expect(del.status, del.text).toBe(204);
@@ -309,13 +314,24 @@ describe('load balancers on the simulator (LB_BACKEND=simulator), over HTTP', ()
     const token = stack.owner.key;
     const put = await stack.http.put(`/v1/load-balancers/${lbId}/listeners`, {
       token,
-      body: { listeners: [listener('web', 80, [{ ip: '10.0.0.1', port: 8080 }, { ip: '2001:DB8::1', port: 8080, weight: 2 }])] },
+      body: {
+        listeners: [
+          listener('web', 80, [
+            { ip: '10.0.0.1', port: 8080 },
+            { ip: '2001:DB8::1', port: 8080, weight: 2 },
+          ]),
+        ],
+      },
     });
     expect(put.status, put.text).toBe(200);
     expect(put.body.data[0].backends[1]).toEqual({ ip: '2001:db8::1', port: 8080, weight: 2 });
     const bad = await stack.http.put(`/v1/load-balancers/${lbId}/listeners`, { token, body: { listeners: [listener('web', 80, [])] } });
     expect(bad.body.error).toMatchObject({ code: 'validation_failed', param: 'listeners.0.backends' });
-    expect((await stack.http.get(`/v1/load-balancers/${lbId}`, { token })).body).toMatchObject({ provisioning_state: 'running', healthy: true, listener_count: 1 });
+    expect((await stack.http.get(`/v1/load-balancers/${lbId}`, { token })).body).toMatchObject({
+      provisioning_state: 'running',
+      healthy: true,
+      listener_count: 1,
+    });
     const stats = await stack.http.get(`/v1/load-balancers/${lbId}/stats`, { token });
     expect(stats.body.listeners[0]).toMatchObject({ name: 'web', state: 'up', bytes_in: 0, backends: [{ health: 'up' }, { health: 'up' }] });
     expect((await stack.http.delete(`/v1/load-balancers/${lbId}/backends/web/${encodeURIComponent('2001:db8:0:0:0:0:0:1')}/8080`, { token })).status).toBe(204);

@@ -19,7 +19,14 @@ describe('listener rules', () => {
     expect(
       listenerErrors([
         { ...web, name: 'a_b', algorithm: 'random' as never, protocol: 'udp' as never },
-        { ...web, port: 80, backends: [{ ip: 'fe80::1%eth0', port: 80, weight: -1 }, { ip: '224.0.0.1', port: 1.5, weight: 1 }] },
+        {
+          ...web,
+          port: 80,
+          backends: [
+            { ip: 'fe80::1%eth0', port: 80, weight: -1 },
+            { ip: '224.0.0.1', port: 1.5, weight: 1 },
+          ],
+        },
       ]).map((e) => e.param),
     ).toEqual([
       'listeners.0.name',

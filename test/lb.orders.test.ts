@@ -24,7 +24,11 @@ describe('ordering and terminating a load balancer', () => {
     const customer = await newCustomer(stack, { credit: 20 });
     const order = await placeOrder(stack, customer, { product: 'lb-s' });
     expect(order.status).toBe(202);
-    const op = await waitFor(() => storedOperation(stack, order.body.id), (o) => o.status === 'succeeded' || o.status === 'failed', 30_000);
+    const op = await waitFor(
+      () => storedOperation(stack, order.body.id),
+      (o) => o.status === 'succeeded' || o.status === 'failed',
+      30_000,
+    );
     expect(op.status).toBe('succeeded');
     const lbId: string = op.result.service.id;
     const serviceId = parseNumericId('svc', lbId)!;
@@ -45,10 +49,17 @@ describe('ordering and terminating a load balancer', () => {
       expect(await get(address, port)).toBe('ordered');
 
       expect((await stack.http.post(`/_dev/services/${lbId}/terminate`)).status).toBe(200);
-      await waitFor(() => stack.db('services').where({ id: serviceId }).first(), (s) => s.deprovisioned_at !== null, 20_000);
+      await waitFor(
+        () => stack.db('services').where({ id: serviceId }).first(),
+        (s) => s.deprovisioned_at !== null,
+        20_000,
+      );
       await expect(get(address, port, 1_000)).rejects.toThrow(/ECONNREFUSED/);
       await expect(stack.api.deps.providers.lb.status(serviceId)).rejects.toBeInstanceOf(BackendGoneError);
-      expect((await stack.http.get(`/v1/load-balancers/${lbId}`, { token: customer.token })).body).toMatchObject({ provisioning_state: 'deleted', address: null });
+      expect((await stack.http.get(`/v1/load-balancers/${lbId}`, { token: customer.token })).body).toMatchObject({
+        provisioning_state: 'deleted',
+        address: null,
+      });
     } finally {
       await backend.stop();
     }

@@ -32,7 +32,17 @@ describe('simulator: backend health', () => {
     await sim.create(serviceId);
     const port = await freePort(balancerAddress(range, serviceId));
     const check = { health_check: { path: '/healthz', interval_seconds: 1 } };
-    await sim.apply(serviceId, [httpListener('web', port, [{ ip: '10.0.0.1', port: 80 }, { ip: '10.0.0.2', port: 80 }], check)]);
+    await sim.apply(serviceId, [
+      httpListener(
+        'web',
+        port,
+        [
+          { ip: '10.0.0.1', port: 80 },
+          { ip: '10.0.0.2', port: 80 },
+        ],
+        check,
+      ),
+    ]);
     await sim.setBackendHealth(serviceId, 'web', '10.0.0.2', 80, 'down');
     let [web] = (await sim.stats(serviceId)).listeners;
     expect(web.backends.map((b) => b.health)).toEqual(['up', 'down']);
@@ -43,7 +53,17 @@ describe('simulator: backend health', () => {
     expect((await sim.status(serviceId)).healthy).toBe(false);
     // A backend that leaves the set takes its mark with it.
     await sim.apply(serviceId, [httpListener('web', port, [{ ip: '10.0.0.1', port: 80 }], check)]);
-    await sim.apply(serviceId, [httpListener('web', port, [{ ip: '10.0.0.1', port: 80 }, { ip: '10.0.0.2', port: 80 }], check)]);
+    await sim.apply(serviceId, [
+      httpListener(
+        'web',
+        port,
+        [
+          { ip: '10.0.0.1', port: 80 },
+          { ip: '10.0.0.2', port: 80 },
+        ],
+        check,
+      ),
+    ]);
     [web] = (await sim.stats(serviceId)).listeners;
     expect(web.backends.map((b) => b.health)).toEqual(['down', 'up']);
   });

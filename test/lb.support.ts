@@ -55,4 +55,3 @@ export async function eventually<T>(read: () => Promise<T>, ok: (value: T) => bo
   }
   return value;
 }
-

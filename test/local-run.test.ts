@@ -28,11 +28,14 @@ describe('the local run', () => {
     const hashOf = async (email: string) => (await database.db('users').where({ email }).first()).password_hash;
     expect(await verifyPassword('another owner password', await hashOf('owner@example.test'))).toBe(true);
     expect(await verifyPassword('the developer password', await hashOf('dev@example.test'))).toBe(true);
-    expect(await seedCore(database.db, { owner: 'another owner password', dev: 'the developer password' })).toEqual({ createdUsers: false, resetPasswords: [] });
+    expect(await seedCore(database.db, { owner: 'another owner password', dev: 'the developer password' })).toEqual({
+      createdUsers: false,
+      resetPasswords: [],
+    });
   });
 
   // The machine's own cluster (not an external DATABASE_URL server), set up as root.
-  it.skipIf(Boolean(process.env.DATABASE_URL) || process.getuid?.() !== 0)('runs postgres\'s commands from / during setup', () => {
+  it.skipIf(Boolean(process.env.DATABASE_URL) || process.getuid?.() !== 0)("runs postgres's commands from / during setup", () => {
     const bin = mkdtempSync(path.join(tmpdir(), 'cloud-runuser-'));
     try {
       const log = path.join(bin, 'cwd.log');

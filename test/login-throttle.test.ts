@@ -66,7 +66,7 @@ describe('sign-in throttling', () => {
     expect(await stack.db('login_throttle').where('bucket', 'like', `%${email}%`)).toEqual([]);
   });
 
-  it('clears the email\'s count after a successful sign-in', async () => {
+  it("clears the email's count after a successful sign-in", async () => {
     const { email } = await createUser(stack.db, stack.owner.accountId);
     const from = newClient();
     expect((await signIn(stack.http, email, 'wrong', from)).status).toBe(401);
@@ -106,9 +106,20 @@ describe('trusted proxies', () => {
   it('takes the client address from X-Forwarded-For of a trusted proxy, in the audit log and for /_dev', async () => {
     const res = await stack.http.get('/v1/services', { token: stack.owner.key, headers: { 'x-forwarded-for': '203.0.113.9, 127.0.0.1' } });
     await stack.api.deps.audit.flush();
-    expect((await stack.db('audit_logs').where({ request_id: res.headers.get('x-request-id') }).first()).ip).toBe('203.0.113.9');
+    expect(
+      (
+        await stack
+          .db('audit_logs')
+          .where({ request_id: res.headers.get('x-request-id') })
+          .first()
+      ).ip,
+    ).toBe('203.0.113.9');
     // A remote client behind the local proxy is not on loopback: the /_dev stand-ins do not exist for it.
-    const dev = await stack.http.post('/_dev/backends/vps/outage', { body: { down: false }, headers: { 'x-forwarded-for': '203.0.113.9' }, checkContract: false });
+    const dev = await stack.http.post('/_dev/backends/vps/outage', {
+      body: { down: false },
+      headers: { 'x-forwarded-for': '203.0.113.9' },
+      checkContract: false,
+    });
     expect(dev.status).toBe(404);
     const local = await stack.http.post('/_dev/backends/vps/outage', { body: { down: false }, checkContract: false });
     expect(local.status).toBe(200);
@@ -119,7 +130,14 @@ describe('trusted proxies', () => {
     try {
       const res = await plain.http.get('/v1/services', { token: plain.owner.key, headers: { 'x-forwarded-for': '203.0.113.10' } });
       await plain.api.deps.audit.flush();
-      expect((await plain.db('audit_logs').where({ request_id: res.headers.get('x-request-id') }).first()).ip).toBe('127.0.0.1');
+      expect(
+        (
+          await plain
+            .db('audit_logs')
+            .where({ request_id: res.headers.get('x-request-id') })
+            .first()
+        ).ip,
+      ).toBe('127.0.0.1');
       // A client cannot dodge the per-IP count by inventing addresses.
       const statuses = [];
       for (let i = 0; i < 3; i++) statuses.push((await signIn(plain.http, `x${i}@nowhere.example`, 'x', { 'x-forwarded-for': `192.0.2.${i}` })).status);

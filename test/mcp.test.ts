@@ -64,7 +64,7 @@ afterAll(async () => {
 });
 
 describe.each<Transport>(['http', 'stdio'])('MCP over %s', (kind) => {
-  it('lists the tools each credential can call: a narrow key, an API key, the owner\'s session, read-only', async () => {
+  it("lists the tools each credential can call: a narrow key, an API key, the owner's session, read-only", async () => {
     const names = async (token: string, opts = {}) => (await (await connect(kind, token, opts)).listTools()).tools.map((t) => t.name).sort();
     const narrow = await names(narrowKey);
     const key = await names(ownerKey);
@@ -134,11 +134,9 @@ describe.each<Transport>(['http', 'stdio'])('MCP over %s', (kind) => {
     expect(started.isError, JSON.stringify(started)).toBeFalsy();
     expect(started.structuredContent).toMatchObject({ object: 'operation', type: 'vps.power' });
     const progress: number[] = [];
-    const done: any = await client.callTool(
-      { name: 'wait_for_operation', arguments: { id: started.structuredContent.id, timeout_seconds: 60 } },
-      undefined,
-      { onprogress: (p) => progress.push(p.progress) },
-    );
+    const done: any = await client.callTool({ name: 'wait_for_operation', arguments: { id: started.structuredContent.id, timeout_seconds: 60 } }, undefined, {
+      onprogress: (p) => progress.push(p.progress),
+    });
     expect(done.structuredContent).toMatchObject({ id: started.structuredContent.id, status: 'succeeded', progress: 100 });
     // Progress arrived while waiting (the SDK client handles notifications a tick after they arrive,
     // so one sent just before the result can be dropped on its side: the result carries the end state).
@@ -161,24 +159,27 @@ describe.each<Transport>(['http', 'stdio'])('MCP over %s', (kind) => {
 });
 
 describe('tool definitions', () => {
-  it.each(routes.map((r) => [snakeCase(r.operationId), r] as const))('%s: annotations from the method and marks, description with scope and marks', async (name, route) => {
-    const tools = await ownerTools();
-    const tool = tools.get(name);
-    expect(tool, `no tool ${name} for ${route.method.toUpperCase()} ${route.path}`).toBeDefined();
-    expect(tool.annotations).toEqual({
-      title: route.summary,
-      readOnlyHint: route.method === 'get',
-      destructiveHint: route.marks.includes('D'),
-      idempotentHint: route.method === 'get' || route.marks.includes('I'),
-      openWorldHint: false,
-    });
-    expect(tool.description).toContain(route.summary);
-    expect(tool.description).toContain(route.scope ? `Scope: ${route.scope}` : 'Scope: none');
-    for (const mark of route.marks) expect(tool.description).toMatch(new RegExp(`Marks: .*\\b${mark} \\(`));
-    if (route.returnsSecret) expect(tool.description).toContain('Returns a secret');
-    else expect(tool.description).not.toContain('Returns a secret');
-    expect(tool.inputSchema.type).toBe('object');
-  });
+  it.each(routes.map((r) => [snakeCase(r.operationId), r] as const))(
+    '%s: annotations from the method and marks, description with scope and marks',
+    async (name, route) => {
+      const tools = await ownerTools();
+      const tool = tools.get(name);
+      expect(tool, `no tool ${name} for ${route.method.toUpperCase()} ${route.path}`).toBeDefined();
+      expect(tool.annotations).toEqual({
+        title: route.summary,
+        readOnlyHint: route.method === 'get',
+        destructiveHint: route.marks.includes('D'),
+        idempotentHint: route.method === 'get' || route.marks.includes('I'),
+        openWorldHint: false,
+      });
+      expect(tool.description).toContain(route.summary);
+      expect(tool.description).toContain(route.scope ? `Scope: ${route.scope}` : 'Scope: none');
+      for (const mark of route.marks) expect(tool.description).toMatch(new RegExp(`Marks: .*\\b${mark} \\(`));
+      if (route.returnsSecret) expect(tool.description).toContain('Returns a secret');
+      else expect(tool.description).not.toContain('Returns a secret');
+      expect(tool.inputSchema.type).toBe('object');
+    },
+  );
 });
 
 let ownerToolsCache: Map<string, any> | null = null;
@@ -189,7 +190,12 @@ async function ownerTools(): Promise<Map<string, any>> {
 }
 
 describe('POST /mcp', () => {
-  const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '1' } } };
+  const initialize = {
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '1' } },
+  };
   const headers = { accept: 'application/json, text/event-stream' };
 
   it('checks the Bearer credential on every request', async () => {

@@ -20,7 +20,9 @@ describe('migrations', () => {
   it('roll all the way down and up again', async () => {
     const all = await migrationSource.getMigrations([]);
     const before = await tables();
-    expect(before).toEqual(expect.arrayContaining(['accounts', 'api_keys', 'audit_logs', 'events', 'idempotency_keys', 'operations', 'services', 'sessions', 'users']));
+    expect(before).toEqual(
+      expect.arrayContaining(['accounts', 'api_keys', 'audit_logs', 'events', 'idempotency_keys', 'operations', 'services', 'sessions', 'users']),
+    );
     await database.db.migrate.rollback(undefined, true);
     expect(await tables()).toEqual([]);
     const [, names] = await database.db.migrate.latest();

@@ -73,7 +73,8 @@ async function insertOperation(fields: { type: string; serviceId: number; resour
 async function insertOrder(service: { serviceId: number; id: string }) {
   const product = await stack.db('products').where({ slug: 'vps-s' }).first();
   const operationId = newUlidId('op');
-  const [order] = await stack.db('orders')
+  const [order] = await stack
+    .db('orders')
     .insert({
       account_id: stack.owner.accountId,
       operation_id: operationId,
@@ -88,7 +89,12 @@ async function insertOrder(service: { serviceId: number; id: string }) {
     .returning('id');
   await stack.db('service_billing').insert({ service_id: service.serviceId, order_id: order.id, product_family: 'vps', recurring_amount: 1, currency: 'EUR' });
   const orderRef = `ord_${order.id}`;
-  await insertOperation({ type: 'orders.create', serviceId: service.serviceId, resource: { object: 'order', id: orderRef }, result: { order: { id: orderRef }, service: { id: service.id } } });
+  await insertOperation({
+    type: 'orders.create',
+    serviceId: service.serviceId,
+    resource: { object: 'order', id: orderRef },
+    result: { order: { id: orderRef }, service: { id: service.id } },
+  });
   return { orderRef, operationId };
 }
 
@@ -108,7 +114,10 @@ beforeAll(async () => {
     marker(`the hidden ${family} service label`, label);
   }
   // Each dns service gets its zone (on the stack's DNS backend); routes name a zone, not a service.
-  for (const [id, zone] of [[visible.dns, 'visible-zone.example'], [hidden.dns.id, 'hidden-dns-label.example']]) {
+  for (const [id, zone] of [
+    [visible.dns, 'visible-zone.example'],
+    [hidden.dns.id, 'hidden-dns-label.example'],
+  ]) {
     const made = await stack.http.post(`/_dev/dns/${id}/zone`, { body: { zone } });
     expect(made.status, made.text).toBe(200);
   }
@@ -125,7 +134,10 @@ beforeAll(async () => {
 
   // Operations: one on the hidden VPS, and the order that created it with its operation.
   const hiddenVps = hidden.vps;
-  marker('an operation on the hidden VPS', await insertOperation({ type: 'vps.power', serviceId: hiddenVps.serviceId, resource: { object: 'vps', id: hiddenVps.id }, result: {} }));
+  marker(
+    'an operation on the hidden VPS',
+    await insertOperation({ type: 'vps.power', serviceId: hiddenVps.serviceId, resource: { object: 'vps', id: hiddenVps.id }, result: {} }),
+  );
   const hiddenOrder = await insertOrder(hiddenVps);
   marker('the order of the hidden VPS', hiddenOrder.orderRef);
   marker('the operation of that order', hiddenOrder.operationId);
@@ -135,14 +147,25 @@ beforeAll(async () => {
   fill.operations = await insertOperation({ type: 'vps.power', serviceId: visibleVps.serviceId, resource: { object: 'vps', id: visible.vps }, result: {} });
 
   // A webhook with a delivery of an event about the hidden VPS, and one about the visible VPS.
-  const [webhook] = await stack.db('webhooks')
+  const [webhook] = await stack
+    .db('webhooks')
     .insert({ account_id: accountId, url: 'https://hooks.example.com/x', events: ['*'], secret_sealed: 'sealed' })
     .returning('id');
   fill.webhooks = `whk_${webhook.id}`;
-  for (const [service, label] of [[hiddenVps, 'hidden'], [visibleVps, 'visible']] as const) {
-    const event = await emitEvent(stack.db, { accountId, type: 'service.suspended', serviceId: service.serviceId, data: { object: 'service', id: service.id } });
+  for (const [service, label] of [
+    [hiddenVps, 'hidden'],
+    [visibleVps, 'visible'],
+  ] as const) {
+    const event = await emitEvent(stack.db, {
+      accountId,
+      type: 'service.suspended',
+      serviceId: service.serviceId,
+      data: { object: 'service', id: service.id },
+    });
     const id = newUlidId('dlv');
-    await stack.db('webhook_deliveries').insert({ id, webhook_id: webhook.id, account_id: accountId, event_id: event.id, event_type: event.type, body: eventBody(event) });
+    await stack
+      .db('webhook_deliveries')
+      .insert({ id, webhook_id: webhook.id, account_id: accountId, event_id: event.id, event_type: event.type, body: eventBody(event) });
     if (label === 'hidden') fill.delivery_id = id;
   }
 
@@ -190,7 +213,7 @@ describe('narrowed credentials read nothing of services they cannot see', () => 
     for (const { what, pattern } of markers) expect(pattern.test(seen), what).toBe(true);
   });
 
-  it('redacts rather than hides where the record is the account\'s own: delivery bodies and audit paths', async () => {
+  it("redacts rather than hides where the record is the account's own: delivery bodies and audit paths", async () => {
     const deliveries = await stack.http.get(`/v1/webhooks/${fill.webhooks}/deliveries`, { token: narrowKey });
     expect(deliveries.body.data).toHaveLength(2);
     expect(deliveries.body.data.find((d: { id: string }) => d.id === fill.delivery_id).body).toBeNull();

@@ -48,12 +48,21 @@ describe('GET /v1/openapi.json', () => {
   it('documents the errors the shared pipeline answers: 409/422 on mutations, 413/415 with a body, 503 on credentialed routes', () => {
     const errorRef = { $ref: '#/components/schemas/Error' };
     const statuses = (method: string, path: string) => doc.paths[path][method].responses;
-    for (const [method, path] of [['patch', '/v1/webhooks/{id}'], ['post', '/v1/orders'], ['delete', '/v1/vps/{id}/backups/{backup_id}'], ['post', '/v1/vps/{id}/power']]) {
+    for (const [method, path] of [
+      ['patch', '/v1/webhooks/{id}'],
+      ['post', '/v1/orders'],
+      ['delete', '/v1/vps/{id}/backups/{backup_id}'],
+      ['post', '/v1/vps/{id}/power'],
+    ]) {
       for (const status of ['409', '422', '503']) {
         expect(statuses(method, path)[status]?.content['application/json'].schema, `${method} ${path} ${status}`).toEqual(errorRef);
       }
     }
-    for (const [method, path] of [['post', '/v1/sessions'], ['patch', '/v1/vps/{id}'], ['post', '/v1/webhooks']]) {
+    for (const [method, path] of [
+      ['post', '/v1/sessions'],
+      ['patch', '/v1/vps/{id}'],
+      ['post', '/v1/webhooks'],
+    ]) {
       expect(Object.keys(statuses(method, path))).toEqual(expect.arrayContaining(['413', '415']));
     }
     // Secret-returning calls are never replayed, so never 422; a GET is never a conflict over an Idempotency-Key.

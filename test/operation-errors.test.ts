@@ -9,7 +9,8 @@ import { startStack, type Stack } from './helpers/stack';
  * stable code, never internal text (SQL, stacks, provider internals); that text goes to the log.
  * A test-only workflow on the kit (test/fixtures/test-steps.workflow.ts) fails its step as told.
  */
-const INTERNAL = 'insert into "operations" ("id") values ($1) - duplicate key value violates unique constraint "operations_pkey"\n    at Client._handleErrorMessage (/app/node_modules/pg/lib/client.js:380:19)';
+const INTERNAL =
+  'insert into "operations" ("id") values ($1) - duplicate key value violates unique constraint "operations_pkey"\n    at Client._handleErrorMessage (/app/node_modules/pg/lib/client.js:380:19)';
 
 let stack: Stack;
 let principal: Principal;
@@ -30,7 +31,12 @@ beforeAll(async () => {
 afterAll(() => stack?.close());
 
 async function failedWith(kind: string) {
-  const op = await stack.api.deps.operations.start({ principal, type: 'test.steps' as never, workflow: 'testStepsWorkflow' as never, input: { kind } as never });
+  const op = await stack.api.deps.operations.start({
+    principal,
+    type: 'test.steps' as never,
+    workflow: 'testStepsWorkflow' as never,
+    input: { kind } as never,
+  });
   await stack.temporal!.client.workflow.getHandle(op.id).result();
   const res = await stack.http.get(`/v1/operations/${op.id}`, { token: stack.owner.key });
   expect(res.body.status).toBe('failed');
@@ -41,9 +47,28 @@ describe('public operation errors', () => {
   it.each([
     ['internal', { code: 'upstream_error', step: 'the-step', message: 'The test backend did not complete this step.' }],
     ['type', { code: 'upstream_error', step: 'the-step', message: 'The test backend did not complete this step.' }],
-    ['unavailable', { code: 'upstream_error', step: 'the-step', message: 'The test backend did not answer; this step was not completed.', backend_code: 'unavailable' }],
-    ['refused', { code: 'upstream_error', step: 'the-step', message: 'The test backend did not complete this step: The template is not available on this node.', backend_code: 'template_missing' }],
-    ['gone', { code: 'upstream_error', step: 'the-step', message: 'The test backend did not complete this step: The machine 101 is not on the test backend any more.', backend_code: 'gone' }],
+    [
+      'unavailable',
+      { code: 'upstream_error', step: 'the-step', message: 'The test backend did not answer; this step was not completed.', backend_code: 'unavailable' },
+    ],
+    [
+      'refused',
+      {
+        code: 'upstream_error',
+        step: 'the-step',
+        message: 'The test backend did not complete this step: The template is not available on this node.',
+        backend_code: 'template_missing',
+      },
+    ],
+    [
+      'gone',
+      {
+        code: 'upstream_error',
+        step: 'the-step',
+        message: 'The test backend did not complete this step: The machine 101 is not on the test backend any more.',
+        backend_code: 'gone',
+      },
+    ],
   ])('%s', async (kind, expected) => {
     const error = await failedWith(kind);
     expect(error).toEqual(expected);

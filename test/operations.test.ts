@@ -37,7 +37,8 @@ describe('operations through Temporal', () => {
     const op = await stack.api.deps.operations.start({
       principal,
       type: 'test.operation' as never,
-      workflow: 'testOperationWorkflow' as never, input: {} as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
       resource: { object: 'service', id: serviceId },
       serviceId: numericServiceId,
     });
@@ -80,7 +81,12 @@ describe('operations through Temporal', () => {
   });
 
   it('records a failure with its error code', async () => {
-    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
+    const op = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
+    });
     const handle = stack.temporal!.client.workflow.getHandle(op.id);
     await handle.signal(advanceSignal, { finish: 'fail' });
     await handle.result();
@@ -91,8 +97,22 @@ describe('operations through Temporal', () => {
   it('lists operations newest first with filters, and hides those on services the key cannot see', async () => {
     const a = await createService(stack.db, stack.owner.accountId);
     const b = await createService(stack.db, stack.owner.accountId);
-    const opA = await stack.api.deps.operations.start({ principal, type: 'test.a' as never, workflow: 'testOperationWorkflow' as never, input: {} as never, resource: { object: 'service', id: a.id }, serviceId: a.serviceId });
-    const opB = await stack.api.deps.operations.start({ principal, type: 'test.b' as never, workflow: 'testOperationWorkflow' as never, input: {} as never, resource: { object: 'service', id: b.id }, serviceId: b.serviceId });
+    const opA = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.a' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
+      resource: { object: 'service', id: a.id },
+      serviceId: a.serviceId,
+    });
+    const opB = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.b' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
+      resource: { object: 'service', id: b.id },
+      serviceId: b.serviceId,
+    });
 
     const all = await stack.http.get('/v1/operations?limit=100', { token: stack.owner.key });
     const ids = all.body.data.map((o: { id: string }) => o.id);
@@ -118,13 +138,23 @@ describe('operations through Temporal', () => {
     const other = await stack.db('accounts').insert({ name: 'Other' }).returning('id');
     const otherUser = await createUser(stack.db, other[0].id, { isOwner: true });
     const otherKey = await createApiKey(stack.db, other[0].id, otherUser.userId, { scopes: ['operations:read'] });
-    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
+    const op = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
+    });
     expect((await stack.http.get(`/v1/operations/${op.id}`, { token: otherKey.token })).status).toBe(404);
     await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
   });
 
   it('serves the last stored state with stale: true when Temporal does not answer, never a 5xx', async () => {
-    const op = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
+    const op = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
+    });
     await waitFor(
       () => stack.db('operations').where({ id: op.id }).first(),
       (row) => row.status === 'running',
@@ -149,16 +179,30 @@ describe('operations through Temporal', () => {
     const vps = await createVps(stack);
     const orphan = newUlidId('op');
     await stack.db('operations').insert({
-      id: orphan, account_id: stack.owner.accountId, type: 'vps.reinstall', status: 'running', resource_object: 'vps', resource_id: vps.id,
-      service_id: vps.serviceId, created_at: stack.db.raw(`now() - interval '1 minute'`),
+      id: orphan,
+      account_id: stack.owner.accountId,
+      type: 'vps.reinstall',
+      status: 'running',
+      resource_object: 'vps',
+      resource_id: vps.id,
+      service_id: vps.serviceId,
+      created_at: stack.db.raw(`now() - interval '1 minute'`),
     });
     await stack.db('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: orphan });
     await stack.db('vps_reinstall_secrets').insert({ operation_id: orphan, service_id: vps.serviceId, sealed_root_password: 'sealed' });
     const locked = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' } });
     expect(locked.status).toBe(409);
     // A live operation with a workflow is only noted.
-    const live = await stack.api.deps.operations.start({ principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: { holdMs: 60_000 } as never });
-    await stack.db('operations').where({ id: live.id }).update({ created_at: stack.db.raw(`now() - interval '1 minute'`) });
+    const live = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: { holdMs: 60_000 } as never,
+    });
+    await stack
+      .db('operations')
+      .where({ id: live.id })
+      .update({ created_at: stack.db.raw(`now() - interval '1 minute'`) });
 
     expect(await sweeper.sweep()).toEqual([orphan]);
     const closed = await stack.http.get(`/v1/operations/${orphan}`, { token: stack.owner.key });
@@ -179,7 +223,9 @@ describe('operations through Temporal', () => {
     for (const closed of [false, true]) {
       const id = newUlidId('op');
       if (closed) {
-        await stack.db('operations').insert({ id, account_id: stack.owner.accountId, type: 'vps.power', status: 'failed', service_id: vps.serviceId, completed_at: new Date() });
+        await stack
+          .db('operations')
+          .insert({ id, account_id: stack.owner.accountId, type: 'vps.power', status: 'failed', service_id: vps.serviceId, completed_at: new Date() });
       }
       // As if Temporal had taken a start the API had given up on (and taken back, or the sweeper closed).
       const handle = await stack.temporal!.client.workflow.start('vpsPowerWorkflow', {
@@ -201,4 +247,3 @@ describe('operations through Temporal', () => {
     await expect(orderRun.result()).rejects.toThrow();
   });
 });
-

@@ -50,7 +50,10 @@ describe('billing carries out cancellation requests', () => {
     expect((await stack.http.get(`/v1/services/${serviceId}`, { token: c.token })).body.status).toBe('active');
 
     // The cycle ends: billing's calendar reaches the due date.
-    await stack.db('service_billing').where({ service_id: Number(serviceId.slice(4)) }).update({ cancellation_effective_date: '2000-01-01' });
+    await stack
+      .db('service_billing')
+      .where({ service_id: Number(serviceId.slice(4)) })
+      .update({ cancellation_effective_date: '2000-01-01' });
     expect(await waitForStatus(c.token, serviceId, 'terminated')).toBe('terminated');
   });
 
@@ -59,10 +62,13 @@ describe('billing carries out cancellation requests', () => {
     const other = await activeOrder();
     await setBackendDown(stack, 'billing', true); // waits out the worker's switchboard cache
     try {
-      await stack.db('service_billing').where({ service_id: Number(serviceId.slice(4)) }).update({
-        cancellation_type: 'immediate',
-        cancellation_effective_date: '2000-01-01',
-      });
+      await stack
+        .db('service_billing')
+        .where({ service_id: Number(serviceId.slice(4)) })
+        .update({
+          cancellation_type: 'immediate',
+          cancellation_effective_date: '2000-01-01',
+        });
       await new Promise((r) => setTimeout(r, 1_000));
       expect((await stack.http.get(`/v1/services/${serviceId}`, { token: c.token })).body.status).toBe('active');
     } finally {

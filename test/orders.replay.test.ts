@@ -24,7 +24,12 @@ beforeAll(async () => {
     recorded[name] = { workflowId: opId, workflowType: 'orderWorkflow', history: await handle(opId).fetchHistory() };
   };
   const pendingInvoice = async (opId: string) =>
-    (await waitFor(() => storedOperation(stack, opId), (op) => op.result?.invoice !== null)).result.invoice.id as string;
+    (
+      await waitFor(
+        () => storedOperation(stack, opId),
+        (op) => op.result?.invoice !== null,
+      )
+    ).result.invoice.id as string;
 
   const c = await newCustomer(stack, { credit: 0 });
   const free = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'replay.example' } });
@@ -45,7 +50,6 @@ beforeAll(async () => {
   const stuck = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'stuck.example' } });
   await record('provisioning-timeout', stuck.body.id);
   await setBackendDown(stack, 'dns', false);
-
 });
 afterAll(() => stack?.close());
 

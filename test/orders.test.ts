@@ -68,8 +68,14 @@ describe('catalog and payment methods', () => {
     expect(new Set(seen).size).toBe(12);
 
     expect((await stack.http.get('/v1/orders/products?limit=0', { token: c.token })).body.error).toMatchObject({ code: 'validation_failed', param: 'limit' });
-    expect((await stack.http.get('/v1/orders/products?family=spaceships', { token: c.token })).body.error).toMatchObject({ code: 'validation_failed', param: 'family' });
-    expect((await stack.http.get('/v1/orders/products?cursor=forged', { token: c.token })).body.error).toMatchObject({ code: 'validation_failed', param: 'cursor' });
+    expect((await stack.http.get('/v1/orders/products?family=spaceships', { token: c.token })).body.error).toMatchObject({
+      code: 'validation_failed',
+      param: 'family',
+    });
+    expect((await stack.http.get('/v1/orders/products?cursor=forged', { token: c.token })).body.error).toMatchObject({
+      code: 'validation_failed',
+      param: 'cursor',
+    });
   });
 
   it('prices the catalog in the account currency', async () => {
@@ -151,7 +157,8 @@ describe('POST /v1/orders: rejected before billing', () => {
     expect(answers.filter((r) => r.status === 202)).toHaveLength(3);
     const refused = answers.filter((r) => r.status !== 202);
     expect(refused).toHaveLength(5);
-    for (const r of refused) expect(r.body.error).toMatchObject({ code: 'invalid_promocode', param: 'promo_code', message: 'The promo code has been used up.' });
+    for (const r of refused)
+      expect(r.body.error).toMatchObject({ code: 'invalid_promocode', param: 'promo_code', message: 'The promo code has been used up.' });
     expect((await stack.db('promo_codes').where({ code: 'RACE3' }).first()).uses).toBe(3);
     expect(await stack.db('orders').where({ account_id: c.accountId, promo_code: 'RACE3' })).toHaveLength(3);
 
@@ -162,11 +169,22 @@ describe('POST /v1/orders: rejected before billing', () => {
       { code: 'SWITCHEDOFF', percent_off: 10, active: false },
       { code: 'JUSTEXPIRED', percent_off: 10, expires_at: new Date(Date.now() - 1000) },
     ]);
-    for (const [code, reason] of [['SWITCHEDOFF', 'is not a valid promo code'], ['JUSTEXPIRED', 'has expired']]) {
+    for (const [code, reason] of [
+      ['SWITCHEDOFF', 'is not a valid promo code'],
+      ['JUSTEXPIRED', 'has expired'],
+    ]) {
       const outcome = await stack.db.transaction((trx) =>
         createOrder(trx, billing, {
-          accountId: c.accountId, operationId: `op_${code}`, product, billingCycle: 'monthly', options: { zone: 'late.example' },
-          promoCode: code, siteName: null, paymentMethod: 'card', currency: 'EUR', credentialId: null,
+          accountId: c.accountId,
+          operationId: `op_${code}`,
+          product,
+          billingCycle: 'monthly',
+          options: { zone: 'late.example' },
+          promoCode: code,
+          siteName: null,
+          paymentMethod: 'card',
+          currency: 'EUR',
+          credentialId: null,
         }),
       );
       expect(outcome).toEqual({ refused: 'promo', reason });
@@ -197,7 +215,10 @@ describe('orders settled at once', () => {
     const orderId = res.body.resource.id;
     expect(res.body.result.order.id).toBe(orderId);
 
-    const running = await waitFor(() => storedOperation(stack, res.body.id), (op) => op.status !== 'pending');
+    const running = await waitFor(
+      () => storedOperation(stack, res.body.id),
+      (op) => op.status !== 'pending',
+    );
     expect(['running', 'succeeded']).toContain(running.status);
     expect(running.result.invoice).toMatchObject({ status: 'paid', total: 0, payment_url: null });
 
@@ -210,7 +231,14 @@ describe('orders settled at once', () => {
     const order = await getOrder(c, orderId);
     expect(order.status).toBe(200);
     expect(OrderSchema.safeParse(order.body).success, JSON.stringify(order.body)).toBe(true);
-    expect(order.body).toMatchObject({ id: orderId, status: 'active', product: 'dns-zone', options: { zone: 'free.example' }, payment_method: 'card', operation: res.body.id });
+    expect(order.body).toMatchObject({
+      id: orderId,
+      status: 'active',
+      product: 'dns-zone',
+      options: { zone: 'free.example' },
+      payment_method: 'card',
+      operation: res.body.id,
+    });
     expect(order.body.invoice).toMatchObject({ status: 'paid', settled_by: 'free', amount_due: 0 });
     expect(order.body.services.map((s: any) => s.id)).toEqual([done.body.result.service.id]);
 
@@ -228,7 +256,10 @@ describe('orders settled at once', () => {
     expect(res.status).toBe(202);
     await result(res.body.id);
     const op = await getOp(c, res.body.id);
-    expect(op.body).toMatchObject({ status: 'succeeded', result: { invoice: { status: 'paid', total: 3 }, service: { family: 'objectstorage', status: 'active' } } });
+    expect(op.body).toMatchObject({
+      status: 'succeeded',
+      result: { invoice: { status: 'paid', total: 3 }, service: { family: 'objectstorage', status: 'active' } },
+    });
     const account = await stack.db('billing_accounts').where({ account_id: c.accountId }).first();
     expect(Number(account.credit)).toBe(2);
     expect((await stack.http.get('/v1/account', { token: c.token })).body.credit).toBe(2);
@@ -242,7 +273,10 @@ describe('orders settled at once', () => {
     expect(res.status, res.text).toBe(202);
     await result(res.body.id);
     const op = await getOp(c, res.body.id);
-    expect(op.body).toMatchObject({ status: 'succeeded', result: { invoice: { status: 'paid', total: 0 }, service: { family: 'vps', label: 'big.example.test' } } });
+    expect(op.body).toMatchObject({
+      status: 'succeeded',
+      result: { invoice: { status: 'paid', total: 0 }, service: { family: 'vps', label: 'big.example.test' } },
+    });
     expect(op.body.result.service.primary_ip).toMatch(/^198\.51\.100\./);
     const order = await getOrder(c, res.body.resource.id);
     expect(order.body).toMatchObject({ promo_code: 'WELCOME100', invoice: { subtotal: 24, discount: 24, total: 0, settled_by: 'promo' } });
@@ -260,9 +294,17 @@ describe('orders settled at once', () => {
 describe('orders that wait for payment', () => {
   it('stays pending with result.invoice.payment_url until paid, then provisions the site', async () => {
     const c = await newCustomer(stack, { credit: 5 });
-    const res = await placeOrder(stack, c, { product: 'wordpress-starter', site_name: 'shop.example.test', billing_cycle: 'annually', payment_method: 'paypal' });
+    const res = await placeOrder(stack, c, {
+      product: 'wordpress-starter',
+      site_name: 'shop.example.test',
+      billing_cycle: 'annually',
+      payment_method: 'paypal',
+    });
     expect(res.status, res.text).toBe(202);
-    const pending = await waitFor(() => getOp(c, res.body.id), (r) => r.body.result?.invoice !== null);
+    const pending = await waitFor(
+      () => getOp(c, res.body.id),
+      (r) => r.body.result?.invoice !== null,
+    );
     expect(pending.body.status).toBe('pending');
     expect(pending.body.result.invoice).toMatchObject({ status: 'unpaid', total: 80, currency: 'EUR' });
     expect(pending.body.result.invoice.payment_url).toMatch(/^https:\/\/.+\/inv_\d+\/pay$/);
@@ -287,11 +329,17 @@ describe('orders that wait for payment', () => {
     const done = await getOp(c, res.body.id);
     expect(done.body).toMatchObject({
       status: 'succeeded',
-      result: { order: { status: 'active' }, invoice: { status: 'paid' }, service: { family: 'other', label: 'shop.example.test', status: 'active', billing_cycle: 'annually' } },
+      result: {
+        order: { status: 'active' },
+        invoice: { status: 'paid' },
+        service: { family: 'other', label: 'shop.example.test', status: 'active', billing_cycle: 'annually' },
+      },
     });
     const order = await getOrder(c, res.body.resource.id);
     expect(order.body).toMatchObject({ status: 'active', payment_method: 'paypal', site_name: 'shop.example.test' });
-    expect(order.body.services[0].next_due_date).toBe(new Date(Date.UTC(new Date().getUTCFullYear() + 1, new Date().getUTCMonth(), new Date().getUTCDate())).toISOString().slice(0, 10));
+    expect(order.body.services[0].next_due_date).toBe(
+      new Date(Date.UTC(new Date().getUTCFullYear() + 1, new Date().getUTCMonth(), new Date().getUTCDate())).toISOString().slice(0, 10),
+    );
     expect((await placeOrder(stack, rival, { product: 'wordpress-starter', site_name: 'shop.example.test' })).body.error.code).toBe('hostname_taken');
   });
 
@@ -306,7 +354,10 @@ describe('cancel', () => {
     const c = await newCustomer(stack, { credit: 0 });
     const usesBefore = (await stack.db('promo_codes').where({ code: 'HALF50' }).first()).uses;
     const res = await placeOrder(stack, c, { product: 'wordpress-starter', site_name: 'gone.example.test', promo_code: 'HALF50' });
-    const pending = await waitFor(() => getOp(c, res.body.id), (r) => r.body.result?.invoice !== null);
+    const pending = await waitFor(
+      () => getOp(c, res.body.id),
+      (r) => r.body.result?.invoice !== null,
+    );
     expect(pending.body.status).toBe('pending');
     const orderId = res.body.resource.id;
 
@@ -315,7 +366,12 @@ describe('cancel', () => {
     expect(pending.body.result.invoice.total).toBe(4);
     const cancelled = await stack.http.post(`/v1/orders/${orderId}/cancel`, { token: c.token });
     expect(cancelled.status, cancelled.text).toBe(200);
-    expect(cancelled.body).toMatchObject({ id: orderId, status: 'cancelled', invoice: { status: 'cancelled', payment_url: null, amount_due: 0 }, services: [] });
+    expect(cancelled.body).toMatchObject({
+      id: orderId,
+      status: 'cancelled',
+      invoice: { status: 'cancelled', payment_url: null, amount_due: 0 },
+      services: [],
+    });
     expect(cancelled.body.cancelled_at).not.toBeNull();
     expect(await promoUses()).toBe(usesBefore); // the voided order gives its promo use back
 
@@ -347,8 +403,18 @@ describe('cancel', () => {
     expect(service).toMatchObject({ status: 'active', cancellation: { type: 'end_of_cycle', effective_date: service.next_due_date } });
 
     const now = await stack.http.post(`/v1/orders/${orderId}/cancel`, { token: c.token, body: { type: 'immediate' } });
-    expect(now.body.services[0]).toMatchObject({ status: 'active', cancellation: { type: 'immediate', effective_date: new Date().toISOString().slice(0, 10) } });
-    expect((await stack.db('services').where({ id: Number(service.id.slice(4)) }).first()).status).toBe('active');
+    expect(now.body.services[0]).toMatchObject({
+      status: 'active',
+      cancellation: { type: 'immediate', effective_date: new Date().toISOString().slice(0, 10) },
+    });
+    expect(
+      (
+        await stack
+          .db('services')
+          .where({ id: Number(service.id.slice(4)) })
+          .first()
+      ).status,
+    ).toBe('active');
     expect((await stack.http.get(`/v1/services/${service.id}`, { token: c.token })).body.status).toBe('active');
 
     const bad = await stack.http.post(`/v1/orders/${orderId}/cancel`, { token: c.token, body: { type: 'yesterday' } });
@@ -364,7 +430,10 @@ describe('activation timeout', () => {
     try {
       const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'never.example' } });
       expect(res.status).toBe(202);
-      const running = await waitFor(() => storedOperation(stack, res.body.id), (op) => op.status === 'running');
+      const running = await waitFor(
+        () => storedOperation(stack, res.body.id),
+        (op) => op.status === 'running',
+      );
       expect(running.status).toBe('running');
       const started = Date.now();
       await result(res.body.id);
@@ -465,7 +534,11 @@ describe('billing moves the service', () => {
     expect((await stack.http.post(`/_dev/services/${serviceId}/unsuspend`)).body.status).toBe('active');
     expect((await stack.http.post(`/_dev/services/${serviceId}/terminate`)).body.status).toBe('terminated');
 
-    const types = (await stack.db('events').where({ account_id: c.accountId }).whereLike('type', 'service.%').orderBy('created_at')).map((e) => [e.type, e.data.id, e.data.status]);
+    const types = (await stack.db('events').where({ account_id: c.accountId }).whereLike('type', 'service.%').orderBy('created_at')).map((e) => [
+      e.type,
+      e.data.id,
+      e.data.status,
+    ]);
     expect(types).toEqual([
       ['service.active', serviceId, 'active'], // first activation
       ['service.suspended', serviceId, 'suspended'],
@@ -478,12 +551,15 @@ describe('billing moves the service', () => {
 });
 
 describe('reading orders, visibility and scopes', () => {
-  it('lists the account\'s orders newest first, filtered by status', async () => {
+  it("lists the account's orders newest first, filtered by status", async () => {
     const c = await newCustomer(stack);
     const a = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'one.example' } });
     const b = await placeOrder(stack, c, { product: 'lb-s' });
     await result(a.body.id);
-    await waitFor(() => storedOperation(stack, b.body.id), (op) => op.result?.invoice !== null);
+    await waitFor(
+      () => storedOperation(stack, b.body.id),
+      (op) => op.result?.invoice !== null,
+    );
     const all = await stack.http.get('/v1/orders', { token: c.token });
     expect(all.body.data.map((o: any) => o.id)).toEqual([b.body.resource.id, a.body.resource.id]);
     for (const o of all.body.data) expect(OrderSchema.safeParse(o).success).toBe(true);
@@ -496,7 +572,7 @@ describe('reading orders, visibility and scopes', () => {
     await stack.http.post(`/v1/orders/${b.body.resource.id}/cancel`, { token: c.token });
   });
 
-  it('another account\'s order is 404 (read and cancel), as are malformed ids', async () => {
+  it("another account's order is 404 (read and cancel), as are malformed ids", async () => {
     const owner = await newCustomer(stack);
     const stranger = await newCustomer(stack);
     const res = await placeOrder(stack, owner, { product: 'lb-s' });
@@ -535,7 +611,7 @@ describe('reading orders, visibility and scopes', () => {
     expect((await stack.http.get('/v1/orders')).status).toBe(401);
   });
 
-  it('answers 404 to a cancel from a key or user that cannot see the order\'s service, and changes nothing', async () => {
+  it("answers 404 to a cancel from a key or user that cannot see the order's service, and changes nothing", async () => {
     const c = await newCustomer(stack);
     const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'cancel-hidden.example' } });
     await result(res.body.id);
@@ -549,7 +625,14 @@ describe('reading orders, visibility and scopes', () => {
       expect(cancel.status, cancel.text).toBe(404);
       expect(cancel.body.error.code).toBe('not_found');
     }
-    expect((await stack.db('orders').where({ id: Number(orderId.slice(4)) }).first()).cancellation_type).toBeNull();
+    expect(
+      (
+        await stack
+          .db('orders')
+          .where({ id: Number(orderId.slice(4)) })
+          .first()
+      ).cancellation_type,
+    ).toBeNull();
     expect((await getOrder(c, orderId)).body.cancellation).toBeNull();
   });
 
@@ -571,7 +654,9 @@ describe('reading orders, visibility and scopes', () => {
     expect(completed.service_id).toBe(Number(created.id.slice(4)));
     // A key that sees the service sees the order and its operation.
     const wide = await createApiKey(stack.db, c.accountId, c.userId, { scopes: ['orders:read', 'operations:read'], allowlist: [Number(created.id.slice(4))] });
-    expect((await stack.http.get(`/v1/orders/${res.body.resource.id}`, { token: wide.token })).body.services.map((s: { id: string }) => s.id)).toEqual([created.id]);
+    expect((await stack.http.get(`/v1/orders/${res.body.resource.id}`, { token: wide.token })).body.services.map((s: { id: string }) => s.id)).toEqual([
+      created.id,
+    ]);
     expect((await stack.http.get(`/v1/operations/${res.body.id}`, { token: wide.token })).status).toBe(200);
   });
 });

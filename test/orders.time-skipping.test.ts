@@ -28,7 +28,10 @@ describe('orders at production durations', () => {
     const res = await placeOrder(stack, c, { product: 'vps-l', options: { os: 'rocky-9' } });
     expect(res.status, res.text).toBe(202);
     const opId = res.body.id;
-    const pending = await waitFor(() => storedOperation(stack, opId), (op) => op.result?.invoice !== null);
+    const pending = await waitFor(
+      () => storedOperation(stack, opId),
+      (op) => op.result?.invoice !== null,
+    );
     expect(pending).toMatchObject({ status: 'pending', result: { invoice: { status: 'unpaid', total: 24 } } });
 
     const before = await stack.temporal!.currentTimeMs();
@@ -56,7 +59,10 @@ describe('orders at production durations', () => {
     const c = await newCustomer(stack, { credit: 0 });
     const res = await placeOrder(stack, c, { product: 'lb-s' });
     const opId = res.body.id;
-    const pending = await waitFor(() => storedOperation(stack, opId), (op) => op.result?.invoice !== null);
+    const pending = await waitFor(
+      () => storedOperation(stack, opId),
+      (op) => op.result?.invoice !== null,
+    );
     // Paid straight in the billing backend, bypassing the route that signals the workflow.
     await stack.api.deps.providers.billing.payInvoice(Number(pending.result.invoice.id.slice(4)));
     const handle = stack.temporal!.client.workflow.getHandle(opId);
@@ -76,7 +82,10 @@ describe('orders at production durations', () => {
       const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'stuck.example' } });
       expect(res.status).toBe(202);
       const opId = res.body.id;
-      const running = await waitFor(() => storedOperation(stack, opId), (op) => op.status === 'running');
+      const running = await waitFor(
+        () => storedOperation(stack, opId),
+        (op) => op.status === 'running',
+      );
       expect(running.status).toBe('running');
       const accepted = await stack.temporal!.currentTimeMs();
 
@@ -106,7 +115,10 @@ describe('orders at production durations', () => {
     await setBackendDown(stack, 'dns', true);
     const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'late.example' } });
     const opId = res.body.id;
-    await waitFor(() => storedOperation(stack, opId), (op) => op.status === 'running');
+    await waitFor(
+      () => storedOperation(stack, opId),
+      (op) => op.status === 'running',
+    );
     await stack.temporal!.sleep(20 * 60_000);
     await setBackendDown(stack, 'dns', false);
     await stack.temporal!.client.workflow.getHandle(opId).result();

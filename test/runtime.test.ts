@@ -25,7 +25,7 @@ describe('runtime', () => {
     expect(read('Dockerfile')).toMatch(/^ARG NODE_IMAGE=node:24-slim$/m);
   });
 
-  it('makes npm start and npm test use the project\'s Node and refuse an older one', () => {
+  it("makes npm start and npm test use the project's Node and refuse an older one", () => {
     for (const script of ['scripts/start.sh', 'scripts/test.sh']) {
       const text = read(script);
       expect(text, script).toContain('export PATH="$PWD/node_modules/.bin:$PATH"');

@@ -68,7 +68,8 @@ describe('scope matrix: a credential without the scope gets 403 insufficient_sco
       const user = await createUser(stack.db, stack.owner.accountId, { scopes: holds });
       token = (await createSession(stack.db, stack.owner.accountId, user.userId)).token;
     } else {
-      token = (await createApiKey(stack.db, stack.owner.accountId, stack.owner.userId, { scopes: holds.filter((s) => !SESSION_ONLY_SCOPES.includes(s)) })).token;
+      token = (await createApiKey(stack.db, stack.owner.accountId, stack.owner.userId, { scopes: holds.filter((s) => !SESSION_ONLY_SCOPES.includes(s)) }))
+        .token;
     }
     const res = await stack.http.request(route.method.toUpperCase(), fillPath(route, hidden.vps), { token, body: bodyFor(route) });
     expect(res.status).toBe(403);
@@ -113,34 +114,39 @@ describe('visibility matrix: an {id} the credential cannot see gets 404', () => 
 
 describe('status matrix: every action on a suspended or terminated service answers 409 conflict', () => {
   // Actions of the product families (their `{id}` is a service); reads stay available.
-  const actions = routes.filter((r) => r.method !== 'get' && r.path.includes('{id}') && FAMILY_OF_SEGMENT[r.path.split('/')[2]] && r.path.split('/')[2] !== 'services');
+  const actions = routes.filter(
+    (r) => r.method !== 'get' && r.path.includes('{id}') && FAMILY_OF_SEGMENT[r.path.split('/')[2]] && r.path.split('/')[2] !== 'services',
+  );
   it('covers every family action', () => {
     expect(actions.length).toBeGreaterThan(0);
   });
-  it('checks again in the operation\'s transaction (billing may suspend the service meanwhile)', async () => {
+  it("checks again in the operation's transaction (billing may suspend the service meanwhile)", async () => {
     const svc = await createService(stack.db, stack.owner.accountId, { family: 'vps', status: 'suspended' });
     const principal = await stack.api.deps.credentials.authenticate(`Bearer ${stack.owner.key}`);
     const start = stack.api.deps.operations.start({
-      principal, type: 'vps.power', workflow: 'vpsPowerWorkflow', input: { serviceId: svc.serviceId, vmid: 1, action: 'start' },
-      resource: { object: 'vps', id: svc.id }, serviceId: svc.serviceId,
+      principal,
+      type: 'vps.power',
+      workflow: 'vpsPowerWorkflow',
+      input: { serviceId: svc.serviceId, vmid: 1, action: 'start' },
+      resource: { object: 'vps', id: svc.id },
+      serviceId: svc.serviceId,
     });
     await expect(start).rejects.toMatchObject({ status: 409, code: 'conflict' });
     expect(await stack.db('operations').where({ service_id: svc.serviceId })).toEqual([]);
   });
-  it.each(actions.flatMap((r) => (['suspended', 'terminated'] as const).map((status) => [`${status}: ${r.method.toUpperCase()} ${r.path}`, r, status] as const)))(
-    '%s',
-    async (_name, route, status) => {
-      const family = FAMILY_OF_SEGMENT[route.path.split('/')[2]];
-      const everything = Object.fromEntries(Object.keys(DEFAULT_CAPABILITIES[family] ?? {}).map((c) => [c, true]));
-      const svc = await createService(stack.db, stack.owner.accountId, { family, status, capabilities: everything });
-      const res = await stack.http.request(route.method.toUpperCase(), fillPath(route, svc.id), {
-        token: stack.owner.key,
-        body: bodyFor(route),
-        headers: route.idempotencyKey === 'required' ? { 'idempotency-key': newUlidId('idem') } : {},
-      });
-      expect(res.status, res.text).toBe(409);
-      expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'conflict' });
-      expect(res.body.error.message).toContain(`this service is ${status}`);
-    },
-  );
+  it.each(
+    actions.flatMap((r) => (['suspended', 'terminated'] as const).map((status) => [`${status}: ${r.method.toUpperCase()} ${r.path}`, r, status] as const)),
+  )('%s', async (_name, route, status) => {
+    const family = FAMILY_OF_SEGMENT[route.path.split('/')[2]];
+    const everything = Object.fromEntries(Object.keys(DEFAULT_CAPABILITIES[family] ?? {}).map((c) => [c, true]));
+    const svc = await createService(stack.db, stack.owner.accountId, { family, status, capabilities: everything });
+    const res = await stack.http.request(route.method.toUpperCase(), fillPath(route, svc.id), {
+      token: stack.owner.key,
+      body: bodyFor(route),
+      headers: route.idempotencyKey === 'required' ? { 'idempotency-key': newUlidId('idem') } : {},
+    });
+    expect(res.status, res.text).toBe(409);
+    expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'conflict' });
+    expect(res.body.error.message).toContain(`this service is ${status}`);
+  });
 });

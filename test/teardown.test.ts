@@ -16,7 +16,11 @@ beforeAll(async () => {
 });
 afterAll(() => stack?.close());
 
-const deprovisioned = (serviceId: number) => waitFor(() => stack.db('services').where({ id: serviceId }).first(), (row) => row.deprovisioned_at !== null);
+const deprovisioned = (serviceId: number) =>
+  waitFor(
+    () => stack.db('services').where({ id: serviceId }).first(),
+    (row) => row.deprovisioned_at !== null,
+  );
 
 describe('service teardown', () => {
   it('destroys the machine of a terminated VPS and forgets it, in a workflow named by the service', async () => {
@@ -44,11 +48,21 @@ describe('service teardown', () => {
     await stack.temporal!.client.workflow.getHandle(order.body.id).result();
     const orderId = order.body.resource.id as string;
     const serviceId = Number((await stack.http.get(`/v1/orders/${orderId}`, { token: c.token })).body.services[0].id.slice(4));
-    expect(await stack.db('sim_tasks').where({ request_key: `provision:${serviceId}` }).first()).toBeTruthy();
+    expect(
+      await stack
+        .db('sim_tasks')
+        .where({ request_key: `provision:${serviceId}` })
+        .first(),
+    ).toBeTruthy();
     expect((await stack.http.post(`/v1/orders/${orderId}/cancel`, { token: c.token, body: { type: 'immediate' } })).status).toBe(200);
     await deprovisioned(serviceId);
     expect((await stack.db('services').where({ id: serviceId }).first()).status).toBe('terminated');
     // The generic build backend forgot the service.
-    expect(await stack.db('sim_tasks').where({ request_key: `provision:${serviceId}` }).first()).toBeUndefined();
+    expect(
+      await stack
+        .db('sim_tasks')
+        .where({ request_key: `provision:${serviceId}` })
+        .first(),
+    ).toBeUndefined();
   });
 });

@@ -43,7 +43,7 @@ async function makeBackup(vps: TestVps): Promise<string> {
 }
 
 describe('GET /v1/vps', () => {
-  it('lists the account\'s VPS from the database with live fields null', async () => {
+  it("lists the account's VPS from the database with live fields null", async () => {
     const other = await otherAccountVps();
     const dns = await createService(stack.db, stack.owner.accountId, { family: 'dns' });
     const unprovisioned = await createService(stack.db, stack.owner.accountId, { family: 'vps' });
@@ -56,7 +56,16 @@ describe('GET /v1/vps', () => {
     expect(ids).not.toContain(dns.id);
     for (const item of res.body.data) {
       VpsSchema.parse(item);
-      expect(item).toMatchObject({ object: 'vps', state: null, os_hostname: null, uptime_seconds: null, cpu: null, memory: null, disk: null, reinstalling: false });
+      expect(item).toMatchObject({
+        object: 'vps',
+        state: null,
+        os_hostname: null,
+        uptime_seconds: null,
+        cpu: null,
+        memory: null,
+        disk: null,
+        reinstalling: false,
+      });
     }
     const first = res.body.data.find((v: any) => v.id === qemu.id);
     expect(first).toMatchObject({ type: 'qemu', vmid: qemu.vmid, node: 'hv-a', hostname: 'web-1.example.test', status: 'active' });
@@ -77,7 +86,7 @@ describe('GET /v1/vps', () => {
     expect(bad.body.error).toMatchObject({ code: 'validation_failed', param: 'cursor' });
   });
 
-  it('shows only the services a key\'s allowlist lets it see', async () => {
+  it("shows only the services a key's allowlist lets it see", async () => {
     const narrow = await createApiKey(stack.db, stack.owner.accountId, stack.owner.userId, { scopes: ['vps:read'], allowlist: [lxc.serviceId] });
     const res = await stack.http.get('/v1/vps?limit=100', { token: narrow.token });
     expect(res.body.data.map((v: any) => v.id)).toEqual([lxc.id]);
@@ -90,7 +99,16 @@ describe('GET /v1/vps/{id}', () => {
     const res = await stack.http.get(`/v1/vps/${qemu.id}`, { token });
     expect(res.status).toBe(200);
     const vps = VpsSchema.parse(res.body);
-    expect(vps).toMatchObject({ id: qemu.id, type: 'qemu', vmid: qemu.vmid, node: 'hv-a', state: 'running', hostname: 'web-1.example.test', os_hostname: 'web-1.example.test', reinstalling: false });
+    expect(vps).toMatchObject({
+      id: qemu.id,
+      type: 'qemu',
+      vmid: qemu.vmid,
+      node: 'hv-a',
+      state: 'running',
+      hostname: 'web-1.example.test',
+      os_hostname: 'web-1.example.test',
+      reinstalling: false,
+    });
     expect(vps.uptime_seconds).toBeGreaterThanOrEqual(0);
     expect(vps.cpu).toMatchObject({ cores: 2 });
     expect(vps.cpu!.usage_percent).toBeGreaterThanOrEqual(0);
@@ -106,7 +124,17 @@ describe('GET /v1/vps/{id}', () => {
     try {
       const res = await stack.http.get(`/v1/vps/${lxc.id}`, { token });
       expect(res.status).toBe(200);
-      expect(res.body).toMatchObject({ id: lxc.id, type: 'lxc', vmid: lxc.vmid, state: null, cpu: null, memory: null, disk: null, uptime_seconds: null, hostname: 'ct-1.example.test' });
+      expect(res.body).toMatchObject({
+        id: lxc.id,
+        type: 'lxc',
+        vmid: lxc.vmid,
+        state: null,
+        cpu: null,
+        memory: null,
+        disk: null,
+        uptime_seconds: null,
+        hostname: 'ct-1.example.test',
+      });
       expect((await stack.http.get('/v1/vps', { token })).status).toBe(200);
       // Calls that cannot be answered without the hypervisor say so.
       const config = await stack.http.get(`/v1/vps/${lxc.id}/config`, { token });
@@ -117,7 +145,7 @@ describe('GET /v1/vps/{id}', () => {
     }
   });
 
-  it('is 404 for another account\'s VPS, a service of another family, and ids that cannot exist', async () => {
+  it("is 404 for another account's VPS, a service of another family, and ids that cannot exist", async () => {
     const other = await otherAccountVps();
     const dns = await createService(stack.db, stack.owner.accountId, { family: 'dns' });
     for (const id of [other.id, dns.id, 'svc_999999', 'not-an-id']) {
@@ -364,7 +392,9 @@ describe('scopes and capabilities', () => {
     expect(again.body.vmid).toBe(built.body.vmid);
     const after = await stack.http.get(`/v1/vps/${svc.id}`, { token });
     expect(after.body).toMatchObject({ type: 'lxc', vmid: built.body.vmid, state: 'running' });
-    expect((await stack.http.post(`/_dev/vps/${(await createService(stack.db, stack.owner.accountId, { family: 'dns' })).id}/machine`, { body: {} })).status).toBe(404);
+    expect(
+      (await stack.http.post(`/_dev/vps/${(await createService(stack.db, stack.owner.accountId, { family: 'dns' })).id}/machine`, { body: {} })).status,
+    ).toBe(404);
   });
 });
 
@@ -433,7 +463,7 @@ describe('backups', () => {
     expect(page2.body.data.map((x: any) => x.id)).toEqual([a]);
   });
 
-  it('keeps another VPS\'s backups out of reach and refuses malformed ids', async () => {
+  it("keeps another VPS's backups out of reach and refuses malformed ids", async () => {
     const owned = await makeBackup(lxc);
     const del = await stack.http.delete(`/v1/vps/${qemu.id}/backups/${enc(owned)}`, { token });
     expect(del.status).toBe(404);
@@ -471,7 +501,13 @@ describe('ordered VPS', () => {
     expect(op).toMatchObject({ status: 'succeeded', result: { service: { family: 'vps', status: 'active' } } });
     const id = op.result.service.id;
     const vps = await stack.http.get(`/v1/vps/${id}`, { token });
-    expect(vps.body).toMatchObject({ type: 'qemu', hostname: 'ordered.example.test', state: 'running', cpu: { cores: 2 }, primary_ip: op.result.service.primary_ip });
+    expect(vps.body).toMatchObject({
+      type: 'qemu',
+      hostname: 'ordered.example.test',
+      state: 'running',
+      cpu: { cores: 2 },
+      primary_ip: op.result.service.primary_ip,
+    });
     expect(vps.body.memory.total_bytes).toBe(2048 * 1024 ** 2);
     expect((await simulator(stack).inspect(vps.body.vmid)).template).toBe('local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2');
     const ips = await stack.http.get(`/v1/vps/${id}/ips`, { token });

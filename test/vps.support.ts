@@ -56,7 +56,9 @@ export async function waitFor<T>(read: () => Promise<T>, ok: (value: T) => boole
 
 /** Arms a failure of the machine's next task through the dev route (as a local user would). */
 export async function failNextTask(stack: Stack, vps: TestVps, kind?: string): Promise<void> {
-  const res = await stack.http.post(`/_dev/vps/${vps.id}/fail-next-task`, { body: { message: 'disk controller timeout (simulated)', ...(kind ? { kind } : {}) } });
+  const res = await stack.http.post(`/_dev/vps/${vps.id}/fail-next-task`, {
+    body: { message: 'disk controller timeout (simulated)', ...(kind ? { kind } : {}) },
+  });
   expect(res.status, res.text).toBe(200);
 }
 

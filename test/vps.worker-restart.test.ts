@@ -57,7 +57,10 @@ describe('worker restart during vps.reinstall', () => {
     const completed = (await stack.db('events').where({ type: 'operation.completed' })).filter((e) => e.data.id === opId);
     expect(completed).toHaveLength(1);
     expect(completed[0].data).toMatchObject({ id: opId, status: 'succeeded' });
-    const tasks = await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at');
+    const tasks = await stack
+      .db('sim_tasks')
+      .where({ backend: 'vps', subject: String(vps.vmid) })
+      .orderBy('starts_at');
     expect(tasks.map((t) => [t.kind, t.status])).toEqual([
       ['reinstall', 'ok'],
       ['start', 'ok'],

@@ -53,7 +53,10 @@ describe('vps.power', () => {
     expect(stopped).toMatchObject({ status: 'succeeded', progress: 100, result: { action: 'stop', state: 'stopped' } });
     expect(await liveState(vps)).toBe('stopped');
     // Resolved on the reached state, not on the order: it completed after the stop task ended.
-    const task = await stack.db('sim_tasks').where({ request_key: `${res.body.id}:stop` }).first();
+    const task = await stack
+      .db('sim_tasks')
+      .where({ request_key: `${res.body.id}:stop` })
+      .first();
     expect(new Date(task.ends_at).getTime() - new Date(task.starts_at).getTime()).toBeGreaterThan(0);
     expect(new Date(stopped.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(task.ends_at).getTime());
 
@@ -69,7 +72,10 @@ describe('vps.power', () => {
     const op = await waitForOperation(stack, res.body.id);
     expect(op).toMatchObject({ status: 'succeeded', result: { action: 'reboot', state: 'running' } });
     recorded['power-reboot'] = op.id;
-    const tasks = await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at');
+    const tasks = await stack
+      .db('sim_tasks')
+      .where({ backend: 'vps', subject: String(vps.vmid) })
+      .orderBy('starts_at');
     expect(tasks.map((t) => [t.kind, t.status])).toEqual([
       ['stop', 'ok'],
       ['start', 'ok'],
@@ -165,7 +171,12 @@ describe('vps.reinstall', () => {
     const machine = await simulator(stack).inspect(vps.vmid);
     expect(machine.template).toBe(QEMU_UBUNTU);
     expect(await simulator(stack).checkRootPassword(vps.vmid, password)).toBe(true);
-    const kinds = (await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at')).map((t) => t.kind);
+    const kinds = (
+      await stack
+        .db('sim_tasks')
+        .where({ backend: 'vps', subject: String(vps.vmid) })
+        .orderBy('starts_at')
+    ).map((t) => t.kind);
     expect(kinds).toEqual(['reinstall', 'start']);
     expect(await completedEvents(op.id)).toHaveLength(1);
 
@@ -256,7 +267,10 @@ describe('vps.backup', () => {
     expect(list[0]).toMatchObject({ mode: 'suspend', size_bytes: op.result.size_bytes, created_at: op.result.created_at });
     // Resolved once the backup existed in the list, not when the task was queued.
     expect(new Date(op.completed_at).getTime()).toBeGreaterThanOrEqual(new Date(list[0].created_at).getTime());
-    const task = await stack.db('sim_tasks').where({ request_key: `${res.body.id}:backup` }).first();
+    const task = await stack
+      .db('sim_tasks')
+      .where({ request_key: `${res.body.id}:backup` })
+      .first();
     expect(new Date(task.ends_at).getTime()).toBeGreaterThan(new Date(task.starts_at).getTime());
     expect(await liveState(vps)).toBe('running');
   });
@@ -304,7 +318,12 @@ describe('vps.restore', () => {
     expect(machine.disk_content).toBe(contentAtBackup);
     expect(machine.template).toBe(QEMU_DEBIAN);
     expect(await liveState(vps)).toBe('stopped');
-    const kinds = (await stack.db('sim_tasks').where({ backend: 'vps', subject: String(vps.vmid) }).orderBy('starts_at')).map((t) => t.kind);
+    const kinds = (
+      await stack
+        .db('sim_tasks')
+        .where({ backend: 'vps', subject: String(vps.vmid) })
+        .orderBy('starts_at')
+    ).map((t) => t.kind);
     expect(kinds.slice(-2)).toEqual(['stop', 'restore']);
     // The other VPS was not touched.
     expect(await liveState(other)).toBe('running');
@@ -333,7 +352,7 @@ describe('vps.restore', () => {
 });
 
 describe('visibility of VPS operations', () => {
-  it('lists a VPS\'s operations by resource and hides them from another account', async () => {
+  it("lists a VPS's operations by resource and hides them from another account", async () => {
     const vps = await createVps(stack);
     const res = await power(vps, 'stop');
     await waitForOperation(stack, res.body.id);
@@ -361,7 +380,16 @@ describe('replay of the VPS workflows', () => {
   });
   replayTests({
     fixtures: 'vps-histories',
-    expected: ['backup', 'backup-task-failed', 'power-reboot', 'power-task-failed', 'reinstall', 'reinstall-provision-failed', 'restore', 'restore-task-failed'],
+    expected: [
+      'backup',
+      'backup-task-failed',
+      'power-reboot',
+      'power-task-failed',
+      'reinstall',
+      'reinstall-provision-failed',
+      'restore',
+      'restore-task-failed',
+    ],
     recorded: () => runs,
     tamper: { run: 'reinstall', activity: 'vpsBeginReinstall' },
   });

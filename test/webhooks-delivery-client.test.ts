@@ -101,7 +101,12 @@ describe('whole-response deadline', () => {
 
   it('a complete 2xx answer within the deadline is delivered, and its body is read to the end', async () => {
     const ok = await server((_req, res) => res.writeHead(204).end());
-    expect(await client({ maxSockets: 8, perEndpoint: 4 }).post(post(ok.url))).toMatchObject({ delivered: true, status: 204, error: null, address: '127.0.0.1' });
+    expect(await client({ maxSockets: 8, perEndpoint: 4 }).post(post(ok.url))).toMatchObject({
+      delivered: true,
+      status: 204,
+      error: null,
+      address: '127.0.0.1',
+    });
   });
 });
 
@@ -164,7 +169,8 @@ describe('keep-alive', () => {
 
   it('retries once on a fresh connection when a kept-alive one was closed by the receiver', async () => {
     const flaky = await server((req, res, n) => {
-      if (n === 2) req.socket.destroy(); // the second request on the kept-alive socket: hang up
+      if (n === 2)
+        req.socket.destroy(); // the second request on the kept-alive socket: hang up
       else res.writeHead(200).end();
     });
     const c = client({ maxSockets: 8, perEndpoint: 4 });

@@ -14,7 +14,13 @@ import { signPayload } from '../domain/webhooks/signature';
  */
 const root = path.resolve(__dirname, '..');
 const secret = 'whsec_test_0123456789abcdefghijklmnopqrstuv';
-const body = JSON.stringify({ id: 'evt_01JD0000000000000000000000', object: 'event', type: 'webhook.ping', created_at: '2026-11-22T10:00:00.000Z', data: { object: 'ping' } });
+const body = JSON.stringify({
+  id: 'evt_01JD0000000000000000000000',
+  object: 'event',
+  type: 'webhook.ping',
+  created_at: '2026-11-22T10:00:00.000Z',
+  data: { object: 'ping' },
+});
 const now = 1_795_000_000;
 const hmac = (t: number, b: string, key = secret) => createHmac('sha256', key).update(`${t}.${b}`).digest('hex');
 

@@ -40,10 +40,20 @@ describe('webhook retry schedule at production delays', () => {
     const svc = await createService(stack.db, stack.owner.accountId);
     await stack.http.post(`/_dev/services/${svc.id}/suspend`);
 
-    const [row] = await waitFor(() => stack.db('webhook_deliveries').select('id'), (rows) => rows.length === 1);
+    const [row] = await waitFor(
+      () => stack.db('webhook_deliveries').select('id'),
+      (rows) => rows.length === 1,
+    );
     const handle = stack.temporal!.client.workflow.getHandle(row.id);
     // The row is written first; the dispatcher starts its workflow a moment later.
-    await waitFor(() => handle.describe().then(() => true, () => false), (started) => started);
+    await waitFor(
+      () =>
+        handle.describe().then(
+          () => true,
+          () => false,
+        ),
+      (started) => started,
+    );
     const before = await stack.temporal!.currentTimeMs();
     // Awaiting the result lets the test server skip time while the workflow sleeps.
     expect(await handle.result()).toBe('failed');
@@ -81,12 +91,23 @@ describe('webhook retry schedule at production delays', () => {
     const svc = await createService(stack.db, stack.owner.accountId, { status: 'suspended' });
     await stack.http.post(`/_dev/services/${svc.id}/unsuspend`);
     const [row] = await waitFor(
-      () => stack.db('webhook_deliveries').where({ webhook_id: Number(res.body.id.slice(4)) }).select('id'),
+      () =>
+        stack
+          .db('webhook_deliveries')
+          .where({ webhook_id: Number(res.body.id.slice(4)) })
+          .select('id'),
       (rows) => rows.length === 1,
     );
     const handle = stack.temporal!.client.workflow.getHandle(row.id);
     // The row is written first; the dispatcher starts its workflow a moment later.
-    await waitFor(() => handle.describe().then(() => true, () => false), (started) => started);
+    await waitFor(
+      () =>
+        handle.describe().then(
+          () => true,
+          () => false,
+        ),
+      (started) => started,
+    );
     expect(await handle.result()).toBe('delivered');
     const history = await handle.fetchHistory();
     const timers = (history.events ?? []).filter((e) => e.timerStartedEventAttributes);

@@ -37,8 +37,7 @@ afterEach(async () => {
   fakeDns.clear();
 });
 
-const create = (stack: Stack, url: string) =>
-  stack.http.post('/v1/webhooks', { token: stack.owner.key, body: { url, events: ['*'] } });
+const create = (stack: Stack, url: string) => stack.http.post('/v1/webhooks', { token: stack.owner.key, body: { url, events: ['*'] } });
 
 async function expectRejected(stack: Stack, url: string, reason: RegExp) {
   const res = await create(stack, url);
@@ -190,7 +189,7 @@ describe('before every attempt', () => {
   });
 });
 
-describe('the control plane\'s own local services stay out of reach, even with the flag', () => {
+describe("the control plane's own local services stay out of reach, even with the flag", () => {
   it('refuses the API, its /_dev stand-ins, the Temporal ports and the UI at registration', async () => {
     const apiPort = new URL(insecure.url).port;
     const temporalPort = insecure.temporal!.address.split(':').pop();
@@ -211,11 +210,15 @@ describe('the control plane\'s own local services stay out of reach, even with t
   });
 
   it('refuses them before every attempt too: a stored target aimed at /_dev is never called', async () => {
-    const svc = await insecure.db('services').insert({ account_id: insecure.owner.accountId, family: 'vps', status: 'active', capabilities: '{}' }).returning('id');
+    const svc = await insecure
+      .db('services')
+      .insert({ account_id: insecure.owner.accountId, family: 'vps', status: 'active', capabilities: '{}' })
+      .returning('id');
     const serviceId = Number(svc[0].id);
     const apiPort = new URL(insecure.url).port;
     // As if it had been registered before this rule existed.
-    const [hook] = await insecure.db('webhooks')
+    const [hook] = await insecure
+      .db('webhooks')
       .insert({
         account_id: insecure.owner.accountId,
         url: `http://127.0.0.1:${apiPort}/_dev/services/svc_${serviceId}/terminate`,

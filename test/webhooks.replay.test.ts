@@ -31,7 +31,11 @@ async function record(name: string, deliveryId: string, outcome: string): Promis
   const handle = stack.temporal!.client.workflow.getHandle(deliveryId);
   // The dispatcher writes the delivery row before it starts the delivery's workflow.
   await waitFor(
-    () => handle.describe().then(() => true, () => false),
+    () =>
+      handle.describe().then(
+        () => true,
+        () => false,
+      ),
     (started) => started,
   );
   expect(await handle.result()).toBe(outcome);

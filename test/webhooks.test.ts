@@ -75,7 +75,10 @@ describe('webhook endpoints', () => {
     const secret: string = created.body.secret;
 
     // Sealed at rest, never shown again.
-    const stored = await stack.db('webhooks').where({ id: Number(created.body.id.slice(4)) }).first();
+    const stored = await stack
+      .db('webhooks')
+      .where({ id: Number(created.body.id.slice(4)) })
+      .first();
     expect(stored.secret_sealed).not.toContain(secret);
     expect(stack.api.deps.keyring.decrypt('webhook-secret', stored.secret_sealed)).toBe(secret);
     const got = await t.api.get(`/v1/webhooks/${created.body.id}`);
@@ -252,11 +255,21 @@ describe('deliveries', () => {
     await stack.http.post(`/_dev/services/${svc.id}/unsuspend`);
     await stack.http.post(`/_dev/services/${svc.id}/terminate`);
     // An operation that runs in a workflow, and one that finishes inside the request.
-    const op = await stack.api.deps.operations.start({ principal: t.principal, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never, input: {} as never });
+    const op = await stack.api.deps.operations.start({
+      principal: t.principal,
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: {} as never,
+    });
     const handle = stack.temporal!.client.workflow.getHandle(op.id);
     await handle.signal(advanceSignal, { finish: 'succeed' });
     await handle.result();
-    const inline = await stack.api.deps.operations.recordCompleted({ principal: t.principal, type: 'test.inline' as never, status: 'failed', error: { code: 'upstream_error', message: 'x' } });
+    const inline = await stack.api.deps.operations.recordCompleted({
+      principal: t.principal,
+      type: 'test.inline' as never,
+      status: 'failed',
+      error: { code: 'upstream_error', message: 'x' },
+    });
     const ping = await t.api.post(`/v1/webhooks/${allHook.id}/ping`);
     expect(ping.status).toBe(201);
 
@@ -269,7 +282,8 @@ describe('deliveries', () => {
     expect(types(onlySuspended)).toEqual(['service.suspended']);
     expect(types(ops)).toEqual(['operation.completed', 'operation.completed', 'service.terminated']);
     expect(disabled.received).toHaveLength(0);
-    for (const rv of [all, onlySuspended, ops]) for (const d of rv.received) expect(d.verification.ok, d.verification.ok ? '' : d.verification.reason).toBe(true);
+    for (const rv of [all, onlySuspended, ops])
+      for (const d of rv.received) expect(d.verification.ok, d.verification.ok ? '' : d.verification.reason).toBe(true);
 
     const completed = all.received.filter((d) => d.headers['cloud-event'] === 'operation.completed').map((d) => JSON.parse(d.body).data);
     expect(completed).toEqual(
@@ -314,7 +328,10 @@ describe('deliveries', () => {
     const hook = await t.createWebhook(r);
     await t.api.post(`/v1/webhooks/${hook.id}/ping`);
     await r.waitFor(3);
-    const [d] = await waitFor(() => t.deliveries(hook.id), (ds) => ds[0]?.status === 'delivered');
+    const [d] = await waitFor(
+      () => t.deliveries(hook.id),
+      (ds) => ds[0]?.status === 'delivered',
+    );
     expect(d).toMatchObject({ status: 'delivered', attempts: 3, last_status: 200, last_error: null, next_attempt_at: null });
     expect(new Set(r.received.map((x) => x.body)).size).toBe(1);
     expect(new Set(r.received.map((x) => x.headers['cloud-delivery'])).size).toBe(1);
@@ -342,7 +359,10 @@ describe('deliveries', () => {
     expect(d.next_attempt_at).not.toBeNull();
     expect(d.delivered_at).toBeNull();
     release();
-    const [done] = await waitFor(() => t.deliveries(hook.id), (ds) => ds[0]?.status === 'delivered');
+    const [done] = await waitFor(
+      () => t.deliveries(hook.id),
+      (ds) => ds[0]?.status === 'delivered',
+    );
     expect(done).toMatchObject({ attempts: 2, last_status: 200, last_error: null, next_attempt_at: null });
   });
 
@@ -353,7 +373,10 @@ describe('deliveries', () => {
     const hook = await t.createWebhook(r);
     await t.api.post(`/v1/webhooks/${hook.id}/ping`);
     await t.api.post(`/v1/webhooks/${hook.id}/ping`);
-    const failed = await waitFor(() => t.deliveries(hook.id), (ds) => ds.length === 2 && ds.every((d) => d.status === 'failed'));
+    const failed = await waitFor(
+      () => t.deliveries(hook.id),
+      (ds) => ds.length === 2 && ds.every((d) => d.status === 'failed'),
+    );
     for (const d of failed) expect(d).toMatchObject({ status: 'failed', attempts: 6, last_status: 500, next_attempt_at: null, delivered_at: null });
     expect(r.received).toHaveLength(12);
     expect((await t.api.get(`/v1/webhooks/${hook.id}`)).body.consecutive_failures).toBe(2);
@@ -384,7 +407,10 @@ describe('deliveries', () => {
     await t.api.post(`/v1/webhooks/${hook.id}/deliveries/${failed[1].id}/redeliver`);
     const queued = await t.api.post(`/v1/webhooks/${hook.id}/deliveries/${failed[1].id}/redeliver`);
     expect(queued.status).toBe(409);
-    await waitFor(async () => (await t.api.get(`/v1/webhooks/${hook.id}`)).body, (w) => w.consecutive_failures === 1);
+    await waitFor(
+      async () => (await t.api.get(`/v1/webhooks/${hook.id}`)).body,
+      (w) => w.consecutive_failures === 1,
+    );
     expect((await t.api.patch(`/v1/webhooks/${hook.id}`, { enabled: true })).body.consecutive_failures).toBe(1);
     expect((await t.api.patch(`/v1/webhooks/${hook.id}`, { enabled: false })).body.consecutive_failures).toBe(1);
     const redeliverDisabled = await t.api.post(`/v1/webhooks/${hook.id}/deliveries/${failed[1].id}/redeliver`);
@@ -412,15 +438,24 @@ describe('deliveries', () => {
     const redirectHook = await t.createWebhook(redirect, ['webhook.ping']);
     await t.api.post(`/v1/webhooks/${slowHook.id}/ping`);
     await t.api.post(`/v1/webhooks/${redirectHook.id}/ping`);
-    const [afterTimeout] = await waitFor(() => t.deliveries(slowHook.id), (ds) => ds[0]?.attempts >= 1);
+    const [afterTimeout] = await waitFor(
+      () => t.deliveries(slowHook.id),
+      (ds) => ds[0]?.attempts >= 1,
+    );
     expect(afterTimeout.last_status).toBeNull();
     expect(afterTimeout.last_error).toMatch(/timed out after 1500 ms/);
-    const [afterRedirect] = await waitFor(() => t.deliveries(redirectHook.id), (ds) => ds[0]?.attempts >= 1);
+    const [afterRedirect] = await waitFor(
+      () => t.deliveries(redirectHook.id),
+      (ds) => ds[0]?.attempts >= 1,
+    );
     expect(afterRedirect.last_status).toBe(302);
     expect(afterRedirect.last_error).toMatch(/redirect.*not followed/);
     release();
     for (const hook of [slowHook, redirectHook]) {
-      const [d] = await waitFor(() => t.deliveries(hook.id), (ds) => ds[0]?.status === 'delivered');
+      const [d] = await waitFor(
+        () => t.deliveries(hook.id),
+        (ds) => ds[0]?.status === 'delivered',
+      );
       expect(d.attempts).toBe(2);
     }
     // Nobody listens on this port any more.
@@ -428,7 +463,10 @@ describe('deliveries', () => {
     const goneHook = await t.createWebhook(gone, ['webhook.ping']);
     await gone.close();
     await t.api.post(`/v1/webhooks/${goneHook.id}/ping`);
-    const [refused] = await waitFor(() => t.deliveries(goneHook.id), (ds) => ds[0]?.attempts >= 1);
+    const [refused] = await waitFor(
+      () => t.deliveries(goneHook.id),
+      (ds) => ds[0]?.attempts >= 1,
+    );
     expect(refused.last_status).toBeNull();
     expect(refused.last_error).toMatch(/connection error: .*ECONNREFUSED/);
   });
@@ -458,7 +496,10 @@ describe('deliveries', () => {
     expect((await t.api.delete(`/v1/webhooks/${hook.id}`)).status).toBe(204);
     expect(await stack.db('webhook_deliveries').where({ id: ping.body.id })).toEqual([]);
     const handle = stack.temporal!.client.workflow.getHandle(ping.body.id);
-    const closed = await waitFor(() => handle.describe(), (d) => d.status.name !== 'RUNNING');
+    const closed = await waitFor(
+      () => handle.describe(),
+      (d) => d.status.name !== 'RUNNING',
+    );
     expect(['TERMINATED', 'COMPLETED']).toContain(closed.status.name);
     const seen = r.received.length;
     await new Promise((res) => setTimeout(res, 1_000));
@@ -485,7 +526,10 @@ describe('the dispatcher', () => {
       await stack.startWorker();
     }
     await r.waitFor(3);
-    const ds = await waitFor(() => t.deliveries(hook.id), (list) => list.length === 2 && list.every((d) => d.status === 'delivered'));
+    const ds = await waitFor(
+      () => t.deliveries(hook.id),
+      (list) => list.length === 2 && list.every((d) => d.status === 'delivered'),
+    );
     expect(ds.map((d) => d.event_type).sort()).toEqual(['service.active', 'service.suspended']);
     const suspended = ds.find((d) => d.event_type === 'service.suspended');
     expect(suspended.attempts).toBe(2);
@@ -506,11 +550,18 @@ describe('the dispatcher', () => {
     });
     await r.waitFor(1, 5_000);
     expect(r.received.map((d) => d.headers['cloud-event-id'])).toEqual([id]);
-    await waitFor(() => stack.db('events').where({ id }).first(), (e) => e.dispatched_at !== null);
+    await waitFor(
+      () => stack.db('events').where({ id }).first(),
+      (e) => e.dispatched_at !== null,
+    );
 
     // As if a dispatcher died after fanning out but before marking the event dispatched.
     await stack.db('events').where({ id }).update({ dispatched_at: null });
-    await waitFor(() => stack.db('events').where({ id }).first(), (e) => e.dispatched_at !== null, 5_000);
+    await waitFor(
+      () => stack.db('events').where({ id }).first(),
+      (e) => e.dispatched_at !== null,
+      5_000,
+    );
     await new Promise((res) => setTimeout(res, 500));
     expect(await stack.db('webhook_deliveries').where({ event_id: id })).toHaveLength(1);
     expect(r.received).toHaveLength(1);
@@ -525,7 +576,13 @@ describe('the dispatcher', () => {
         account_id: t.accountId,
         event_id: id2,
         event_type: 'service.terminated',
-        body: JSON.stringify({ id: id2, object: 'event', type: 'service.terminated', created_at: new Date().toISOString(), data: { object: 'service', id: 'svc_998' } }),
+        body: JSON.stringify({
+          id: id2,
+          object: 'event',
+          type: 'service.terminated',
+          created_at: new Date().toISOString(),
+          data: { object: 'service', id: 'svc_998' },
+        }),
       });
     });
     await r.waitFor(2, 5_000);

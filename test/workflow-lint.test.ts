@@ -12,7 +12,10 @@ const root = path.resolve(__dirname, '..');
 async function lintWorkflow(code: string): Promise<number[]> {
   const eslint = new ESLint({ cwd: root });
   const [result] = await eslint.lintText(code, { filePath: path.join(root, 'workflows/vps/vps-power.workflow.ts') });
-  return result.messages.filter((m) => m.ruleId === '@typescript-eslint/no-restricted-imports').map((m) => m.line).filter((line, i, all) => all.indexOf(line) === i);
+  return result.messages
+    .filter((m) => m.ruleId === '@typescript-eslint/no-restricted-imports')
+    .map((m) => m.line)
+    .filter((line, i, all) => all.indexOf(line) === i);
 }
 
 describe('workflow import rule', () => {

@@ -38,12 +38,15 @@ export interface WorkerBundle {
 /** Builds a worker with the real activities over the real database and providers. */
 export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   const { config, db, logger } = input;
-  const temporal = new TemporalGateway({
-    address: config.TEMPORAL_ADDRESS,
-    namespace: config.TEMPORAL_NAMESPACE,
-    taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
-    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  }, input.temporalClient ?? new Client({ connection: input.connection, namespace: config.TEMPORAL_NAMESPACE }));
+  const temporal = new TemporalGateway(
+    {
+      address: config.TEMPORAL_ADDRESS,
+      namespace: config.TEMPORAL_NAMESPACE,
+      taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
+      useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
+    },
+    input.temporalClient ?? new Client({ connection: input.connection, namespace: config.TEMPORAL_NAMESPACE }),
+  );
   const operations = new OperationService(db, temporal, {
     cacheTtlMs: config.OPERATION_CACHE_TTL,
     queryTimeoutMs: config.OPERATION_QUERY_TIMEOUT,
@@ -64,9 +67,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
     activities,
-    ...(input.workflowBundle
-      ? { workflowBundle: input.workflowBundle }
-      : { workflowsPath: input.workflowsPath ?? require.resolve('../workflows') }),
+    ...(input.workflowBundle ? { workflowBundle: input.workflowBundle } : { workflowsPath: input.workflowsPath ?? require.resolve('../workflows') }),
   });
   return { worker, background: createBackgroundServices(activityDeps) };
 }

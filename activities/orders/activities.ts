@@ -43,7 +43,8 @@ export function createOrderActivities({
     const order = await getOrderById(db, orderId);
     // Taken back with its operation when the workflow's start timed out: a run that starts anyway
     // fails for good here instead of retrying for ever (nothing was issued or charged).
-    if (!order) throw ApplicationFailure.create({ message: `order ${orderId} does not exist: its request was given up`, type: 'OrderGone', nonRetryable: true });
+    if (!order)
+      throw ApplicationFailure.create({ message: `order ${orderId} does not exist: its request was given up`, type: 'OrderGone', nonRetryable: true });
     const invoice = issue ? await billing.issueInvoice(billableOrder(order)) : await billing.getInvoiceForOrder(orderId);
     if (!invoice) throw new Error(`order ${orderId} has no invoice yet`);
     const current = (await followInvoice(db, orderId, invoice))!;

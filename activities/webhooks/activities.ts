@@ -40,7 +40,14 @@ export function createWebhookActivities({ db, keyring, config, logger }: { db: D
   async function record(
     deliveryId: string,
     webhookId: number,
-    change: { outcome: 'delivered' | 'retry' | 'failed'; status: number | null; error: string | null; nextDelayMs: number | null; countAttempt: boolean; countFailure: boolean },
+    change: {
+      outcome: 'delivered' | 'retry' | 'failed';
+      status: number | null;
+      error: string | null;
+      nextDelayMs: number | null;
+      countAttempt: boolean;
+      countFailure: boolean;
+    },
   ): Promise<boolean> {
     return db.transaction(async (trx) => {
       const patch: Record<string, unknown> = {
@@ -108,7 +115,15 @@ export function createWebhookActivities({ db, keyring, config, logger }: { db: D
         countFailure: true,
       });
       logger.info(
-        { delivery: row.id, webhook: `whk_${row.webhook_id}`, event: row.event_id, attempt: input.attempt, outcome, status: result.status, error: result.error },
+        {
+          delivery: row.id,
+          webhook: `whk_${row.webhook_id}`,
+          event: row.event_id,
+          attempt: input.attempt,
+          outcome,
+          status: result.status,
+          error: result.error,
+        },
         'webhook delivery attempt',
       );
       if (!stillThere) return { outcome: 'dropped', status: result.status, error: result.error };
@@ -119,7 +134,14 @@ export function createWebhookActivities({ db, keyring, config, logger }: { db: D
     async markWebhookDeliveryFailed(input: { deliveryId: string; error: string }): Promise<void> {
       const row = await db('webhook_deliveries').where({ id: input.deliveryId, status: 'queued' }).first('webhook_id');
       if (!row) return;
-      await record(input.deliveryId, row.webhook_id, { outcome: 'failed', status: null, error: input.error, nextDelayMs: null, countAttempt: false, countFailure: true });
+      await record(input.deliveryId, row.webhook_id, {
+        outcome: 'failed',
+        status: null,
+        error: input.error,
+        nextDelayMs: null,
+        countAttempt: false,
+        countFailure: true,
+      });
     },
   };
 }

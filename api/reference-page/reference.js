@@ -28,9 +28,17 @@
         var credential = op['x-cloud-credential'];
         var marks = op['x-cloud-marks'] || [];
         var lines = [
-          '**Scope:** ' + (scope ? '`' + scope + '`' : credential === 'none' ? 'none (public)' : 'none (any valid credential)') +
+          '**Scope:** ' +
+            (scope ? '`' + scope + '`' : credential === 'none' ? 'none (public)' : 'none (any valid credential)') +
             (credential === 'session' ? ' · **session credentials only**' : ''),
-          '**Marks:** ' + (marks.length ? marks.map(function (m) { return '**' + m + '** (' + MARKS[m] + ')'; }).join(', ') : 'none'),
+          '**Marks:** ' +
+            (marks.length
+              ? marks
+                  .map(function (m) {
+                    return '**' + m + '** (' + MARKS[m] + ')';
+                  })
+                  .join(', ')
+              : 'none'),
         ];
         op.summary = (op.summary || '') + '  [' + access(op) + ']';
         op.description = lines.join('  \n') + (op.description ? '\n\n' + op.description : '');

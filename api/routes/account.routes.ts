@@ -100,7 +100,7 @@ export const accountRoutes = [
     operationId: 'listAuditLogs',
     summary: 'The audit log of API activity',
     description:
-      'Every /v1 request of the account, newest first: route template, status, error code, required scope, credential, ip, channel and duration. Never bodies or secrets. A credential narrowed to some services reads the route template as `path` of other credentials\' requests.',
+      "Every /v1 request of the account, newest first: route template, status, error code, required scope, credential, ip, channel and duration. Never bodies or secrets. A credential narrowed to some services reads the route template as `path` of other credentials' requests.",
     tag: 'Account',
     scope: 'account:read',
     credential: 'credential',
@@ -131,7 +131,12 @@ export const accountRoutes = [
         limit,
         cursor,
       });
-      return { body: listEnvelope(page.rows.map((r) => presentAuditLog(r as unknown as AuditLogModel, principal)), page) };
+      return {
+        body: listEnvelope(
+          page.rows.map((r) => presentAuditLog(r as unknown as AuditLogModel, principal)),
+          page,
+        ),
+      };
     },
   }),
 ];

@@ -63,13 +63,21 @@ function checkScopes(principal: Principal, requested: string[]): string[] {
 async function checkAllowlist(deps: AppDeps, principal: Principal, raw: string[]): Promise<number[]> {
   const ids = raw.map((value) => parseNumericId('svc', value));
   const known = new Set<number>(
-    (await deps.db('services').where('account_id', principal.accountId).whereIn('id', ids.filter((id): id is number => id !== null)).select('id')).map(
-      (r: { id: number }) => r.id,
-    ),
+    (
+      await deps
+        .db('services')
+        .where('account_id', principal.accountId)
+        .whereIn(
+          'id',
+          ids.filter((id): id is number => id !== null),
+        )
+        .select('id')
+    ).map((r: { id: number }) => r.id),
   );
   const errors: FieldError[] = [];
   ids.forEach((id, i) => {
-    if (id === null || !known.has(id) || !canSeeService(principal, id)) errors.push({ param: `service_allowlist.${i}`, message: `no such service "${raw[i]}"` });
+    if (id === null || !known.has(id) || !canSeeService(principal, id))
+      errors.push({ param: `service_allowlist.${i}`, message: `no such service "${raw[i]}"` });
   });
   if (errors.length) throw validationFailed(errors);
   return [...new Set(ids as number[])];
@@ -93,7 +101,7 @@ export const apiKeyRoutes = [
     operationId: 'createApiKey',
     summary: 'Create an API key',
     description:
-      'Returns the clear `token` once; only its SHA-256 hash is stored. Never replayed by Idempotency-Key (it returns a secret). `rate_limit_tier` above `standard` multiplies the key\'s own budgets; only the account owner may set it (`403 owner_required`), and it never raises the per-account budgets.',
+      "Returns the clear `token` once; only its SHA-256 hash is stored. Never replayed by Idempotency-Key (it returns a secret). `rate_limit_tier` above `standard` multiplies the key's own budgets; only the account owner may set it (`403 owner_required`), and it never raises the per-account budgets.",
     tag: 'API keys',
     scope: 'apikeys:write',
     credential: 'session',
@@ -111,7 +119,8 @@ export const apiKeyRoutes = [
         throw validationFailed([{ param: 'expires_at', message: 'must be in the future' }]);
       }
       const token = newApiKeyToken();
-      const [row] = await deps.db('api_keys')
+      const [row] = await deps
+        .db('api_keys')
         .insert({
           account_id: principal.accountId,
           user_id: principal.userId,
@@ -144,8 +153,19 @@ export const apiKeyRoutes = [
     async handler({ query, principal, deps }) {
       const qb = deps.db('api_keys').where('account_id', principal.accountId);
       if (!principal.isOwner) qb.where('user_id', principal.userId);
-      const page = await keysetPage(qb, { cursors: deps.cursors, list: listFingerprint('api-keys', {}), column: 'id', limit: query.limit, cursor: query.cursor });
-      return { body: listEnvelope(page.rows.map((r) => presentApiKey(r as unknown as ApiKeyModel)), page) };
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('api-keys', {}),
+        column: 'id',
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      return {
+        body: listEnvelope(
+          page.rows.map((r) => presentApiKey(r as unknown as ApiKeyModel)),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -177,7 +197,8 @@ export const apiKeyRoutes = [
     responses: [{ status: 200, description: 'The revoked key', schema: ApiKeySchema }],
     async handler({ params, principal, deps }) {
       const key = await findKey(deps, principal, params.id);
-      const [row] = await deps.db('api_keys')
+      const [row] = await deps
+        .db('api_keys')
         .where({ id: key.id })
         .update({ revoked_at: deps.db.raw('coalesce(revoked_at, now())') })
         .returning('*');
@@ -215,9 +236,7 @@ export const apiKeyRoutes = [
         if (widens) throw forbidden('key_widening_not_allowed', 'The service allowlist can only be narrowed; a restricted key cannot lose its restriction.');
         if (next.length > 0) patch.service_allowlist = next;
       }
-      const [row] = Object.keys(patch).length
-        ? await deps.db('api_keys').where({ id: key.id }).update(patch).returning('*')
-        : [key];
+      const [row] = Object.keys(patch).length ? await deps.db('api_keys').where({ id: key.id }).update(patch).returning('*') : [key];
       deps.credentials.invalidate();
       return { body: presentApiKey(row) };
     },

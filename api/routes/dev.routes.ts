@@ -37,7 +37,8 @@ export const devRoutes = [
         const id = parseNumericId('svc', params.id);
         const row = id === null ? undefined : await deps.db('services').where({ id }).first();
         if (!row) throw notFound('service');
-        if (row.status === 'terminated') throw new ApiError(409, 'invalid_request_error', 'conflict', 'The service is terminated; billing cannot move it any more.');
+        if (row.status === 'terminated')
+          throw new ApiError(409, 'invalid_request_error', 'conflict', 'The service is terminated; billing cannot move it any more.');
         if (move === 'unsuspend' && row.status !== 'suspended') {
           throw new ApiError(409, 'invalid_request_error', 'conflict', `Only a suspended service can be unsuspended (this one is ${row.status}).`);
         }

@@ -108,12 +108,21 @@ export function metaRoutes(table: () => AnyRoute[]) {
       credential: 'none',
       marks: [],
       internal: true,
-      responses: [{ status: 200, description: 'Ready' }, { status: 503, description: 'Not ready' }],
+      responses: [
+        { status: 200, description: 'Ready' },
+        { status: 503, description: 'Not ready' },
+      ],
       async handler({ deps }) {
-        const database = await deps.db.raw('select 1').then(() => true, () => false);
+        const database = await deps.db.raw('select 1').then(
+          () => true,
+          () => false,
+        );
         const temporal = await deps.temporal
           .withDeadline(1_000, () => deps.temporal.client.workflowService.getSystemInfo({}))
-          .then(() => true, () => false);
+          .then(
+            () => true,
+            () => false,
+          );
         return { status: database ? 200 : 503, body: { status: database ? 'ready' : 'not_ready', database, temporal } };
       },
     }),

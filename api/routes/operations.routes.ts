@@ -39,7 +39,12 @@ export const operationRoutes = [
         limit: query.limit,
         cursor: query.cursor,
       });
-      return { body: listEnvelope(page.rows.map((row) => presentOperation(row as never)), page) };
+      return {
+        body: listEnvelope(
+          page.rows.map((row) => presentOperation(row as never)),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({

@@ -11,7 +11,7 @@ export const serviceRoutes = [
     path: '/v1/services',
     operationId: 'listServices',
     summary: 'List the services the credential can see',
-    description: 'Only services visible to the credential: the key allowlist and the owning user\'s per-service permissions both apply.',
+    description: "Only services visible to the credential: the key allowlist and the owning user's per-service permissions both apply.",
     tag: 'Services',
     scope: 'services:read',
     credential: 'credential',

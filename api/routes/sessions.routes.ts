@@ -10,8 +10,7 @@ import { SessionSchema } from '../schemas';
 // Verified when the email is unknown, so both failures take the same time.
 let dummyHash: Promise<string> | null = null;
 
-const invalidCredentials = () =>
-  new ApiError(401, 'authentication_error', 'invalid_credentials', 'The email or password is not correct.');
+const invalidCredentials = () => new ApiError(401, 'authentication_error', 'invalid_credentials', 'The email or password is not correct.');
 
 export const sessionRoutes = [
   defineRoute({
@@ -20,7 +19,7 @@ export const sessionRoutes = [
     operationId: 'createSession',
     summary: 'Sign in with email and password',
     description:
-      'Returns a session token (`cloud_sess_...`) valid for 12 hours. The same 401 answers an unknown email and a wrong password. Attempts are throttled per email address and per client address across all API processes (`429 rate_limited` with `Retry-After`); a successful sign-in clears its email\'s count.',
+      "Returns a session token (`cloud_sess_...`) valid for 12 hours. The same 401 answers an unknown email and a wrong password. Attempts are throttled per email address and per client address across all API processes (`429 rate_limited` with `Retry-After`); a successful sign-in clears its email's count.",
     tag: 'Sessions',
     scope: null,
     credential: 'none',
@@ -48,7 +47,11 @@ export const sessionRoutes = [
       if (!user || !ok) throw invalidCredentials();
       await deps.loginThrottle.succeeded(body.email, ip);
       // A hash made with older (weaker) parameters is replaced while the password is at hand.
-      if (needsRehash(user.password_hash)) await deps.db('users').where({ id: user.id }).update({ password_hash: await hashPassword(body.password) });
+      if (needsRehash(user.password_hash))
+        await deps
+          .db('users')
+          .where({ id: user.id })
+          .update({ password_hash: await hashPassword(body.password) });
       const token = newSessionToken();
       const expiresAt = new Date(Date.now() + deps.config.SESSION_TTL);
       await deps.db('sessions').insert({ token_hash: sha256Hex(token), user_id: user.id, account_id: user.account_id, expires_at: expiresAt });
@@ -74,7 +77,10 @@ export const sessionRoutes = [
     marks: [],
     responses: [{ status: 204, description: 'The session has ended' }],
     async handler({ principal, deps }) {
-      await deps.db('sessions').where({ id: Number(principal.credentialId.slice(4)) }).update({ ended_at: deps.db.fn.now() });
+      await deps
+        .db('sessions')
+        .where({ id: Number(principal.credentialId.slice(4)) })
+        .update({ ended_at: deps.db.fn.now() });
       deps.credentials.invalidate();
       return { status: 204 };
     },

@@ -63,7 +63,9 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<Seed
       const existing = await trx('users').whereRaw('lower(email) = ?', [email]).first();
       if (existing) {
         if (!(await verifyPassword(password, existing.password_hash))) {
-          await trx('users').where({ id: existing.id }).update({ password_hash: await hashPassword(password) });
+          await trx('users')
+            .where({ id: existing.id })
+            .update({ password_hash: await hashPassword(password) });
           resetPasswords.push(email);
         }
         return existing.id as number;
@@ -94,9 +96,7 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<Seed
             billing_cycle: 'monthly',
             next_due_date: nextDue,
             capabilities: JSON.stringify(
-              svc.product === 'vps-container'
-                ? { ...DEFAULT_CAPABILITIES.vps, console: true, reinstall: true }
-                : DEFAULT_CAPABILITIES[svc.family],
+              svc.product === 'vps-container' ? { ...DEFAULT_CAPABILITIES.vps, console: true, reinstall: true } : DEFAULT_CAPABILITIES[svc.family],
             ),
           })
           .returning('*');

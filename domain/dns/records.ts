@@ -46,7 +46,9 @@ export async function readRRset(provider: DnsProvider, zone: string, fqdn: strin
 
 /** A refusal by the server for one change, in the request's terms (`param` is where it applies). */
 function refusalAt(err: BackendRefusedError, param: string): ApiError {
-  return err.code === 'conflict' ? new ApiError(409, 'invalid_request_error', 'conflict', err.message, param) : validationFailed([{ param, message: err.message }]);
+  return err.code === 'conflict'
+    ? new ApiError(409, 'invalid_request_error', 'conflict', err.message, param)
+    : validationFailed([{ param, message: err.message }]);
 }
 
 async function applyChange(provider: DnsProvider, zone: string, current: DnsRRset[], change: RRsetChange): Promise<void> {
@@ -71,7 +73,13 @@ async function etagAfterWrites(provider: DnsProvider, zone: string, current: Dns
 }
 
 /** PUT: replaces the RRset (values canonical, at least one). Answers it as the server now has it. */
-export async function putRRset(db: Knex, provider: DnsProvider, zone: string, change: RRsetChange, ifMatch: string | undefined): Promise<{ rrset: DnsRRset; etag: string }> {
+export async function putRRset(
+  db: Knex,
+  provider: DnsProvider,
+  zone: string,
+  change: RRsetChange,
+  ifMatch: string | undefined,
+): Promise<{ rrset: DnsRRset; etag: string }> {
   return withZoneLock(db, zone, async () => {
     const before = await readZone(provider, zone);
     if (!ifMatchAllows(ifMatch, before.etag)) throw preconditionFailed();
@@ -90,13 +98,26 @@ export async function putRRset(db: Knex, provider: DnsProvider, zone: string, ch
 }
 
 /** DELETE: removes every value of that name and type (404 when there is none). */
-export async function deleteRRset(db: Knex, provider: DnsProvider, zone: string, fqdn: string, type: RRsetType, ifMatch: string | undefined): Promise<{ etag: string }> {
+export async function deleteRRset(
+  db: Knex,
+  provider: DnsProvider,
+  zone: string,
+  fqdn: string,
+  type: RRsetType,
+  ifMatch: string | undefined,
+): Promise<{ etag: string }> {
   return withZoneLock(db, zone, async () => {
     const before = await readZone(provider, zone);
     if (!ifMatchAllows(ifMatch, before.etag)) throw preconditionFailed();
     if (!before.all.some((r) => r.name === fqdn && r.type === type)) throw notFound('RRset');
     await provider.deleteRRset(zone, fqdn, type);
-    return { etag: await etagAfterWrites(provider, zone, before.all.filter((r) => !(r.name === fqdn && r.type === type))) };
+    return {
+      etag: await etagAfterWrites(
+        provider,
+        zone,
+        before.all.filter((r) => !(r.name === fqdn && r.type === type)),
+      ),
+    };
   });
 }
 

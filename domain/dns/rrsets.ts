@@ -100,6 +100,9 @@ export function withParamPrefix(err: unknown, prefix: string): unknown {
   if (Array.isArray(extra.errors)) {
     extra.errors = (extra.errors as Array<{ param: string; message: string }>).map((e) => ({ ...e, param: at(e.param) }));
   }
-  const message = err.code === 'validation_failed' && err.param && err.message.startsWith(`${err.param}:`) ? `${at(err.param)}${err.message.slice(err.param.length)}` : err.message;
+  const message =
+    err.code === 'validation_failed' && err.param && err.message.startsWith(`${err.param}:`)
+      ? `${at(err.param)}${err.message.slice(err.param.length)}`
+      : err.message;
   return new ApiError(err.status, err.type, err.code, message, at(err.param), extra, err.headers);
 }

@@ -54,7 +54,7 @@ function ipv6Words(text: string): number[] {
 /** RFC 5952: lower case, no leading zeros, the longest run (2+) of zero groups as `::` (the first on a tie). */
 function formatIpv6(words: number[]): string {
   let best = { start: -1, len: 0 };
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (words[i] !== 0) {
       i++;
       continue;
@@ -165,10 +165,7 @@ function txt(value: string, param: string): string {
   const pieces = quoted ? parseQuoted(value, param) : [Buffer.from(value, 'utf8')];
   const total = pieces.reduce((n, p) => n + p.length, 0);
   if (total > MAX_TEXT_BYTES) throw invalid(param, `the text is ${total} bytes; at most ${MAX_TEXT_BYTES} fit in one record.`);
-  return pieces
-    .flatMap(splitChunks)
-    .map(quoteBytes)
-    .join(' ');
+  return pieces.flatMap(splitChunks).map(quoteBytes).join(' ');
 }
 
 /** The parts of a TXT value as text (for showing or comparing), the inverse of the quoting. */

@@ -36,7 +36,10 @@ export class BalancerKeeper {
         try {
           await this.deps.lb.create(balancer.service_id, balancer.listeners);
         } catch (err) {
-          this.deps.logger.warn({ service: `svc_${balancer.service_id}`, err: (err as Error).message }, 'load balancer could not be started; next pass retries');
+          this.deps.logger.warn(
+            { service: `svc_${balancer.service_id}`, err: (err as Error).message },
+            'load balancer could not be started; next pass retries',
+          );
         }
       }
     } catch (err) {

@@ -29,6 +29,7 @@ export function planErrors(product: string | null, listeners: readonly LbListene
   const backends = listeners.reduce((n, l) => n + (Array.isArray(l.backends) ? l.backends.length : 0), 0);
   const errors: FieldError[] = [];
   if (listeners.length > plan.listeners) errors.push({ param: 'listeners', message: `this load balancer's plan allows ${plan.listeners} listeners` });
-  if (backends > plan.backends) errors.push({ param: 'listeners', message: `this load balancer's plan allows ${plan.backends} backends in all (the set has ${backends})` });
+  if (backends > plan.backends)
+    errors.push({ param: 'listeners', message: `this load balancer's plan allows ${plan.backends} backends in all (the set has ${backends})` });
   return errors;
 }

@@ -64,7 +64,9 @@ export async function recordBalancer(db: Knex, serviceId: number, address: strin
 }
 
 export async function storeListeners(trx: Knex.Transaction, serviceId: number, listeners: LbListener[]): Promise<void> {
-  await trx('lb_balancers').where({ service_id: serviceId }).update({ listeners: JSON.stringify(listeners), updated_at: trx.fn.now() });
+  await trx('lb_balancers')
+    .where({ service_id: serviceId })
+    .update({ listeners: JSON.stringify(listeners), updated_at: trx.fn.now() });
 }
 
 export async function forgetBalancer(db: Knex, serviceId: number): Promise<void> {

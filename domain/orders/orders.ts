@@ -3,13 +3,7 @@ import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { iso } from '../../api/schemas';
 import { getOrder, type OrderRecord } from './store';
-import type {
-  InvoiceView,
-  OperationInvoice,
-  ProductOption,
-  ProductRecord,
-  ServiceBillingView,
-} from '../../providers/billing.provider';
+import type { InvoiceView, OperationInvoice, ProductOption, ProductRecord, ServiceBillingView } from '../../providers/billing.provider';
 import type { FieldError } from '../../api/errors';
 import { canSeeService, type Principal } from '../principal';
 import { presentService, type ServiceRow } from '../services';
@@ -42,11 +36,7 @@ export const toOperationInvoice = (invoice: InvoiceView): OperationInvoice => ({
   payment_url: invoice.payment_url,
 });
 
-export function presentOrder(
-  order: OrderRecord,
-  invoice: InvoiceView | null,
-  services: Array<{ row: ServiceRow; billing: ServiceBillingView }>,
-) {
+export function presentOrder(order: OrderRecord, invoice: InvoiceView | null, services: Array<{ row: ServiceRow; billing: ServiceBillingView }>) {
   return {
     object: 'order' as const,
     id: formatId('ord', order.id),
@@ -96,7 +86,12 @@ export async function findVisibleOrder(
   const order = await getOrder(db, principal.accountId, orderId);
   if (!order) return null;
   const services = (await billing.servicesOfOrders([orderId])).get(orderId) ?? [];
-  return canSeeOrder(principal, services.map((s) => s.service_id)) ? order : null;
+  return canSeeOrder(
+    principal,
+    services.map((s) => s.service_id),
+  )
+    ? order
+    : null;
 }
 
 /**
@@ -118,7 +113,12 @@ export async function presentOrders(
   const rows: ServiceRow[] = serviceIds.length ? await db('services').whereIn('id', serviceIds) : [];
   const byId = new Map(rows.map((r) => [Number(r.id), r]));
   return orders
-    .filter((order) => canSeeOrder(principal, (billingByOrder.get(Number(order.id)) ?? []).map((b) => b.service_id)))
+    .filter((order) =>
+      canSeeOrder(
+        principal,
+        (billingByOrder.get(Number(order.id)) ?? []).map((b) => b.service_id),
+      ),
+    )
     .map((order) =>
       presentOrder(
         order,
@@ -133,10 +133,7 @@ export async function presentOrders(
  * enum values, bounds and patterns. Returns the options with defaults filled in, or the errors
  * (params in dot notation: `options.os`).
  */
-export function validateOptions(
-  schema: ProductOption[],
-  input: Record<string, unknown>,
-): { options: Record<string, unknown>; errors: FieldError[] } {
+export function validateOptions(schema: ProductOption[], input: Record<string, unknown>): { options: Record<string, unknown>; errors: FieldError[] } {
   const errors: FieldError[] = [];
   const options: Record<string, unknown> = {};
   const known = new Map(schema.map((o) => [o.name, o]));

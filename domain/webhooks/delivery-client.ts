@@ -218,7 +218,7 @@ export class DeliveryClient {
       sent: true,
     };
     let freshSocketRetries = 1;
-    for (let i = 0; i < target.addresses.length; ) {
+    for (let i = 0; i < target.addresses.length;) {
       result = await this.sendOnce(req, target.url, target.addresses[i]);
       if (result.retry === 'fresh-socket' && freshSocketRetries-- > 0) continue;
       if (result.retry !== 'next-address') break;
@@ -292,11 +292,7 @@ export class DeliveryClient {
     return false;
   }
 
-  private sendOnce(
-    req: WebhookPost,
-    url: URL,
-    address: ResolvedAddress,
-  ): Promise<WebhookPostResult & { retry?: 'next-address' | 'fresh-socket' }> {
+  private sendOnce(req: WebhookPost, url: URL, address: ResolvedAddress): Promise<WebhookPostResult & { retry?: 'next-address' | 'fresh-socket' }> {
     const isHttps = url.protocol === 'https:';
     const agent = this.agentFor(req, url, address);
     const options: https.RequestOptions = {
@@ -357,7 +353,8 @@ export class DeliveryClient {
           res.on('end', () => finish(outcome()));
           res.on('error', () => undefined);
           res.on('close', () => {
-            if (!res.complete) finish({ delivered: false, status, error: `connection error: the connection closed before the response ended (HTTP ${status})` });
+            if (!res.complete)
+              finish({ delivered: false, status, error: `connection error: the connection closed before the response ended (HTTP ${status})` });
           });
         });
         request.on('socket', () => {
@@ -367,9 +364,7 @@ export class DeliveryClient {
             finish({
               delivered: false,
               status: null,
-              error: responded
-                ? `timed out after ${req.timeoutMs} ms before the response ended`
-                : `timed out after ${req.timeoutMs} ms without a response`,
+              error: responded ? `timed out after ${req.timeoutMs} ms before the response ended` : `timed out after ${req.timeoutMs} ms without a response`,
             });
             request.destroy();
           }, req.timeoutMs);
@@ -394,4 +389,3 @@ export class DeliveryClient {
     });
   }
 }
-

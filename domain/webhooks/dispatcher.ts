@@ -159,7 +159,9 @@ export class EventDispatcher {
     for (const event of events) {
       const targets =
         event.type === 'webhook.ping'
-          ? hooks.filter((h) => h.account_id === event.account_id && h.id === parseNumericId('whk', String((event.data as { webhook?: unknown })?.webhook ?? '')))
+          ? hooks.filter(
+              (h) => h.account_id === event.account_id && h.id === parseNumericId('whk', String((event.data as { webhook?: unknown })?.webhook ?? '')),
+            )
           : hooks.filter(
               (h) =>
                 h.account_id === event.account_id &&
@@ -175,7 +177,10 @@ export class EventDispatcher {
       }
     }
     for (let i = 0; i < rows.length; i += 500) {
-      await db('webhook_deliveries').insert(rows.slice(i, i + 500)).onConflict(['event_id', 'webhook_id']).ignore();
+      await db('webhook_deliveries')
+        .insert(rows.slice(i, i + 500))
+        .onConflict(['event_id', 'webhook_id'])
+        .ignore();
     }
 
     const eventIds = events.map((e) => e.id);

@@ -10,16 +10,7 @@ import { BlockList, isIP } from 'node:net';
  * - With WEBHOOK_ALLOW_INSECURE_TARGETS=1 (tests, local runs): plain http and loopback are accepted
  *   too; private, link-local, unique-local, CGNAT, multicast, unspecified and reserved stay rejected.
  */
-export type AddressClass =
-  | 'public'
-  | 'loopback'
-  | 'private'
-  | 'link-local'
-  | 'unique-local'
-  | 'cgnat'
-  | 'multicast'
-  | 'unspecified'
-  | 'reserved';
+export type AddressClass = 'public' | 'loopback' | 'private' | 'link-local' | 'unique-local' | 'cgnat' | 'multicast' | 'unspecified' | 'reserved';
 
 export interface ResolvedAddress {
   address: string;
@@ -52,7 +43,14 @@ function ranges(type: 'ipv4' | 'ipv6', list: Array<[string, number]>): BlockList
 const V4: Array<[AddressClass, BlockList]> = [
   ['unspecified', ranges('ipv4', [['0.0.0.0', 8]])],
   ['loopback', ranges('ipv4', [['127.0.0.0', 8]])],
-  ['private', ranges('ipv4', [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16]])],
+  [
+    'private',
+    ranges('ipv4', [
+      ['10.0.0.0', 8],
+      ['172.16.0.0', 12],
+      ['192.168.0.0', 16],
+    ]),
+  ],
   ['cgnat', ranges('ipv4', [['100.64.0.0', 10]])],
   ['link-local', ranges('ipv4', [['169.254.0.0', 16]])],
   ['multicast', ranges('ipv4', [['224.0.0.0', 4]])],
@@ -173,14 +171,16 @@ export function localServicePorts(config: { PORT: number; TEMPORAL_ADDRESS: stri
 /** Why a loopback target must not be called (one of the control plane's own services), or null. */
 function localServiceRefusal(url: URL): string | null {
   const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
-  if (protectedLocalPorts.has(port)) return `port ${port} on this machine belongs to the control plane (its API, Temporal or the Temporal UI); webhook targets cannot reach it`;
+  if (protectedLocalPorts.has(port))
+    return `port ${port} on this machine belongs to the control plane (its API, Temporal or the Temporal UI); webhook targets cannot reach it`;
   let path = url.pathname;
   try {
     path = decodeURIComponent(path);
   } catch {
     // judge the raw path
   }
-  if (path.replace(/\/+/g, '/').toLowerCase().startsWith('/_dev')) return 'paths under /_dev are the control plane\'s local stand-ins; webhook targets cannot reach them';
+  if (path.replace(/\/+/g, '/').toLowerCase().startsWith('/_dev'))
+    return "paths under /_dev are the control plane's local stand-ins; webhook targets cannot reach them";
   return null;
 }
 

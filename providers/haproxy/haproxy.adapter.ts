@@ -2,15 +2,7 @@ import { copyFile, mkdir, open, readFile, readdir, rename, rm, stat, unlink, wri
 import path from 'node:path';
 import { listenerErrors, normalizeListeners } from '../lb.rules';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
-import {
-  balancerAddress,
-  type BalancerStatus,
-  type Health,
-  type LbListener,
-  type LbProvider,
-  type LbStats,
-  type ListenerStats,
-} from '../lb.provider';
+import { balancerAddress, type BalancerStatus, type Health, type LbListener, type LbProvider, type LbStats, type ListenerStats } from '../lb.provider';
 import { explainCheckFailure, proxyName, renderConfig, serverName } from './haproxy.config';
 import {
   checkConfig,
@@ -52,16 +44,36 @@ interface Counters {
 
 class Paths {
   constructor(readonly dir: string) {}
-  get meta() { return path.join(this.dir, 'balancer.json'); }
-  get listeners() { return path.join(this.dir, 'listeners.json'); }
-  get config() { return path.join(this.dir, 'haproxy.cfg'); }
-  get nextConfig() { return path.join(this.dir, 'haproxy.cfg.next'); }
-  get previousConfig() { return path.join(this.dir, 'haproxy.cfg.previous'); }
-  get pidfile() { return path.join(this.dir, 'haproxy.pid'); }
-  get masterSocket() { return path.join(this.dir, 'master.sock'); }
-  get statsSocket() { return path.join(this.dir, 'stats.sock'); }
-  get counters() { return path.join(this.dir, 'counters.json'); }
-  get lock() { return path.join(this.dir, 'apply.lock'); }
+  get meta() {
+    return path.join(this.dir, 'balancer.json');
+  }
+  get listeners() {
+    return path.join(this.dir, 'listeners.json');
+  }
+  get config() {
+    return path.join(this.dir, 'haproxy.cfg');
+  }
+  get nextConfig() {
+    return path.join(this.dir, 'haproxy.cfg.next');
+  }
+  get previousConfig() {
+    return path.join(this.dir, 'haproxy.cfg.previous');
+  }
+  get pidfile() {
+    return path.join(this.dir, 'haproxy.pid');
+  }
+  get masterSocket() {
+    return path.join(this.dir, 'master.sock');
+  }
+  get statsSocket() {
+    return path.join(this.dir, 'stats.sock');
+  }
+  get counters() {
+    return path.join(this.dir, 'counters.json');
+  }
+  get lock() {
+    return path.join(this.dir, 'apply.lock');
+  }
 }
 
 /** A Linux unix socket path holds at most 107 bytes. */
@@ -312,10 +324,14 @@ export class HaproxyLbProvider implements LbProvider {
     }
     // Answered by the new worker: its listeners are up.
     const worker = done?.workers[0];
-    await this.waitFor(p, async () => {
-      const info = await cliCommand(p.statsSocket, 'show info', 1_000).catch(() => '');
-      return new RegExp(`^Pid: ${worker}$`, 'm').test(info);
-    }, 'reload');
+    await this.waitFor(
+      p,
+      async () => {
+        const info = await cliCommand(p.statsSocket, 'show info', 1_000).catch(() => '');
+        return new RegExp(`^Pid: ${worker}$`, 'm').test(info);
+      },
+      'reload',
+    );
   }
 
   private async waitFor(p: Paths, done: () => Promise<boolean>, what: string): Promise<void> {
@@ -412,7 +428,9 @@ export class HaproxyLbProvider implements LbProvider {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
         const holder = Number(await readFile(p.lock, 'utf8').catch(() => ''));
-        const age = await stat(p.lock).then((s) => Date.now() - s.mtimeMs).catch(() => 0);
+        const age = await stat(p.lock)
+          .then((s) => Date.now() - s.mtimeMs)
+          .catch(() => 0);
         if ((holder > 0 && !processExists(holder)) || age > 120_000) await unlink(p.lock).catch(() => undefined);
         else if (Date.now() > deadline) throw new BackendUnavailableError(BACKEND, 'another change to this load balancer does not finish');
         else await sleep(25);

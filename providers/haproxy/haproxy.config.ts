@@ -104,6 +104,9 @@ export function explainCheckFailure(output: string, rendered: RenderedConfig): {
       .trim();
     if (param) return { param, message: `HAProxy refused the configuration: ${message}` };
   }
-  const first = lines[0]?.replace(/^.*?\[(ALERT|ERROR)\]\s*\(\d+\)\s*:\s*/, '').replace(/\/\S+/g, '').trim();
+  const first = lines[0]
+    ?.replace(/^.*?\[(ALERT|ERROR)\]\s*\(\d+\)\s*:\s*/, '')
+    .replace(/\/\S+/g, '')
+    .trim();
   return { param: 'listeners', message: `HAProxy refused the configuration${first ? `: ${first}` : ''}` };
 }

@@ -251,7 +251,10 @@ export class PowerDnsAdapter implements DnsProvider {
         name: noDot(r.name),
         type: r.type,
         ttl: r.ttl,
-        values: r.records.filter((rec) => !rec.disabled).map((rec) => rec.content).sort(),
+        values: r.records
+          .filter((rec) => !rec.disabled)
+          .map((rec) => rec.content)
+          .sort(),
       }))
       .filter((r) => r.values.length > 0)
       .sort(compareRRsets);

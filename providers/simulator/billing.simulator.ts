@@ -131,7 +131,9 @@ export class BillingSimulator implements BillingProvider {
   }
 
   async listPaymentMethods(): Promise<PaymentMethodView[]> {
-    const rows = await this.db('payment_methods').where({ active: true }).orderBy([{ column: 'position' }, { column: 'id' }]);
+    const rows = await this.db('payment_methods')
+      .where({ active: true })
+      .orderBy([{ column: 'position' }, { column: 'id' }]);
     return rows.map((r) => ({ object: 'payment_method' as const, id: r.id, name: r.name, default: r.is_default }));
   }
 
@@ -175,7 +177,9 @@ export class BillingSimulator implements BillingProvider {
         const account = await trx('billing_accounts').where({ account_id: order.accountId }).forUpdate().first();
         // Credit is applied only when it covers the whole invoice; otherwise it stays untouched.
         if (account && cents(account.credit) >= total) {
-          await trx('billing_accounts').where({ account_id: order.accountId }).update({ credit: money(cents(account.credit) - total), updated_at: trx.fn.now() });
+          await trx('billing_accounts')
+            .where({ account_id: order.accountId })
+            .update({ credit: money(cents(account.credit) - total), updated_at: trx.fn.now() });
           creditApplied = total;
           settledBy = 'credit';
         }
@@ -231,7 +235,9 @@ export class BillingSimulator implements BillingProvider {
         return presentInvoice(voided);
       }
       // Voided before billing issued anything: the invoice exists only to say so.
-      const [row] = await trx('invoices').insert({ ...this.invoiceBase(order), status: 'cancelled', cancelled_at: trx.fn.now() }).returning('*');
+      const [row] = await trx('invoices')
+        .insert({ ...this.invoiceBase(order), status: 'cancelled', cancelled_at: trx.fn.now() })
+        .returning('*');
       return presentInvoice(row);
     });
   }

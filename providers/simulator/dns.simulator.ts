@@ -121,12 +121,20 @@ export class DnsSimulator implements DnsProvider {
     await this.db.transaction(async (trx) => {
       await this.zoneRow(trx, zone, { lock: true });
       if (rrset.name !== zone && !rrset.name.endsWith(`.${zone}`)) {
-        throw new BackendRefusedError(this.backend, `The DNS server refused the change: RRset ${rrset.name}. IN ${rrset.type}: Name is out of zone`, 'out_of_zone');
+        throw new BackendRefusedError(
+          this.backend,
+          `The DNS server refused the change: RRset ${rrset.name}. IN ${rrset.type}: Name is out of zone`,
+          'out_of_zone',
+        );
       }
       const others: Array<{ type: string }> = await trx('sim_dns_rrsets').where({ zone, name: rrset.name }).whereNot({ type: rrset.type }).select('type');
       const conflicts = rrset.type === 'CNAME' ? others.length > 0 : others.some((o) => o.type === 'CNAME');
       if (conflicts) {
-        throw new BackendRefusedError(this.backend, `The DNS server refused the change: RRset ${rrset.name}. IN ${rrset.type}: Conflicts with pre-existing RRset`, 'conflict');
+        throw new BackendRefusedError(
+          this.backend,
+          `The DNS server refused the change: RRset ${rrset.name}. IN ${rrset.type}: Conflicts with pre-existing RRset`,
+          'conflict',
+        );
       }
       await trx('sim_dns_rrsets')
         .insert({ zone, name: rrset.name, type: rrset.type, ttl: rrset.ttl, values: [...rrset.values].sort() })
@@ -189,13 +197,25 @@ export class DnsSimulator implements DnsProvider {
         canonical = canonicalValue(rrset.type, value, 'value');
       } catch (err) {
         const why = err instanceof ApiError ? err.message.replace(/^value: /, '') : 'not valid';
-        throw new BackendRefusedError(this.backend, `The DNS server refused the change: Record ${rrset.name}./${rrset.type} '${value}': ${why}`, 'invalid_content');
+        throw new BackendRefusedError(
+          this.backend,
+          `The DNS server refused the change: Record ${rrset.name}./${rrset.type} '${value}': ${why}`,
+          'invalid_content',
+        );
       }
       if (canonical !== value) {
-        throw new BackendRefusedError(this.backend, `The DNS server refused the change: Record ${rrset.name}./${rrset.type} '${value}': Not in expected format (parsed as '${canonical}')`, 'invalid_content');
+        throw new BackendRefusedError(
+          this.backend,
+          `The DNS server refused the change: Record ${rrset.name}./${rrset.type} '${value}': Not in expected format (parsed as '${canonical}')`,
+          'invalid_content',
+        );
       }
       if (seen.has(value)) {
-        throw new BackendRefusedError(this.backend, `The DNS server refused the change: Duplicate record in RRset ${rrset.name}. IN ${rrset.type} with content "${value}"`, 'invalid_content');
+        throw new BackendRefusedError(
+          this.backend,
+          `The DNS server refused the change: Duplicate record in RRset ${rrset.name}. IN ${rrset.type} with content "${value}"`,
+          'invalid_content',
+        );
       }
       seen.add(value);
     }

@@ -36,7 +36,6 @@ export const SIM_NODES = ['hv-a', 'hv-b'] as const;
 const GB = 1024 ** 3;
 const MB = 1024 ** 2;
 
-
 interface TemplateDef extends MachineTemplate {
   osType: string;
   /** Nodes whose storage holds the template; all when absent. */
@@ -48,10 +47,33 @@ interface TemplateDef extends MachineTemplate {
 export const SIM_TEMPLATES: readonly TemplateDef[] = [
   { id: 'local:import/debian-12-genericcloud-amd64.qcow2', name: 'Debian 12', type: 'qemu', storage: 'local', osType: 'l26', sizeBytes: 2.1 * GB },
   { id: 'local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2', name: 'Ubuntu 24.04 LTS', type: 'qemu', storage: 'local', osType: 'l26', sizeBytes: 2.6 * GB },
-  { id: 'local:import/rocky-9-genericcloud-amd64.qcow2', name: 'Rocky Linux 9', type: 'qemu', storage: 'local', osType: 'l26', nodes: ['hv-a'], sizeBytes: 2.3 * GB },
+  {
+    id: 'local:import/rocky-9-genericcloud-amd64.qcow2',
+    name: 'Rocky Linux 9',
+    type: 'qemu',
+    storage: 'local',
+    osType: 'l26',
+    nodes: ['hv-a'],
+    sizeBytes: 2.3 * GB,
+  },
   { id: 'local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst', name: 'Debian 12', type: 'lxc', storage: 'local', osType: 'debian', sizeBytes: 0.6 * GB },
-  { id: 'local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst', name: 'Ubuntu 24.04 LTS', type: 'lxc', storage: 'local', osType: 'ubuntu', sizeBytes: 0.8 * GB },
-  { id: 'local:vztmpl/alpine-3.20-default_20240908_amd64.tar.xz', name: 'Alpine 3.20', type: 'lxc', storage: 'local', osType: 'alpine', nodes: ['hv-b'], sizeBytes: 0.1 * GB },
+  {
+    id: 'local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst',
+    name: 'Ubuntu 24.04 LTS',
+    type: 'lxc',
+    storage: 'local',
+    osType: 'ubuntu',
+    sizeBytes: 0.8 * GB,
+  },
+  {
+    id: 'local:vztmpl/alpine-3.20-default_20240908_amd64.tar.xz',
+    name: 'Alpine 3.20',
+    type: 'lxc',
+    storage: 'local',
+    osType: 'alpine',
+    nodes: ['hv-b'],
+    sizeBytes: 0.1 * GB,
+  },
 ];
 
 /** Metric resolution per timeframe (step, points), as an RRD archive would keep them. */
@@ -313,9 +335,7 @@ export class HypervisorSimulator implements HypervisorProvider {
     let volid: string;
     for (;;) {
       volid = `local:backup/vzdump-${m.type}-${m.vmid}-${backupStamp(new Date(at))}.${ext}`;
-      const taken =
-        (await this.db('sim_hv_backups').where({ volid }).first()) ??
-        (await this.tasks.findByParam('vps', 'backup', 'volid', volid));
+      const taken = (await this.db('sim_hv_backups').where({ volid }).first()) ?? (await this.tasks.findByParam('vps', 'backup', 'volid', volid));
       if (!taken) break;
       at += 1_000;
     }
@@ -327,7 +347,12 @@ export class HypervisorSimulator implements HypervisorProvider {
   async listBackups(vmid: number): Promise<BackupVolume[]> {
     await this.call();
     await this.settle(vmid);
-    const rows = await this.db('sim_hv_backups').where({ vmid }).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'volid', order: 'desc' }]);
+    const rows = await this.db('sim_hv_backups')
+      .where({ vmid })
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'volid', order: 'desc' },
+      ]);
     return rows.map((r) => ({
       volid: r.volid,
       vmid: r.vmid,

@@ -1,14 +1,7 @@
 import type { Knex } from 'knex';
 import { canonicalIp, listenerErrors, normalizeListeners } from '../lb.rules';
 import { BackendGoneError, BackendRefusedError } from '../errors';
-import {
-  balancerAddress,
-  type BalancerStatus,
-  type Health,
-  type LbListener,
-  type LbProvider,
-  type LbStats,
-} from '../lb.provider';
+import { balancerAddress, type BalancerStatus, type Health, type LbListener, type LbProvider, type LbStats } from '../lb.provider';
 import { simulatedDelay } from '../switchboard';
 
 const BACKEND = 'lb';
@@ -124,7 +117,9 @@ export class LbSimulator implements LbProvider {
       const marks = { ...row.backend_health };
       if (health === 'down') marks[healthKey(listener, ip, port)] = 'down';
       else delete marks[healthKey(listener, ip, port)];
-      await trx('sim_lb_balancers').where({ service_id: serviceId }).update({ backend_health: JSON.stringify(marks) });
+      await trx('sim_lb_balancers')
+        .where({ service_id: serviceId })
+        .update({ backend_health: JSON.stringify(marks) });
     });
   }
 
@@ -145,7 +140,12 @@ export class LbSimulator implements LbProvider {
     const taken = new Set(others.flatMap((o) => o.listeners.map((l) => l.port)));
     for (const [i, listener] of set.entries()) {
       if (taken.has(listener.port)) {
-        throw new BackendRefusedError(BACKEND, `port ${listener.port} is already in use on ${address}`, code, code === 'validation_failed' ? `listeners.${i}.port` : null);
+        throw new BackendRefusedError(
+          BACKEND,
+          `port ${listener.port} is already in use on ${address}`,
+          code,
+          code === 'validation_failed' ? `listeners.${i}.port` : null,
+        );
       }
     }
   }
@@ -180,11 +180,8 @@ function statsOf(row: SimBalancerRow): LbStats {
     listeners: row.listeners.map((listener) => {
       const backends = listener.backends.map((b) => {
         // As in HAProxy, only a checked backend can be seen failing; an unchecked one stays `unknown`.
-        const health: Health = !running || !listener.health_check
-          ? 'unknown'
-          : row.backend_health[healthKey(listener.name, b.ip, b.port)] === 'down'
-            ? 'down'
-            : 'up';
+        const health: Health =
+          !running || !listener.health_check ? 'unknown' : row.backend_health[healthKey(listener.name, b.ip, b.port)] === 'down' ? 'down' : 'up';
         return { ip: b.ip, port: b.port, health };
       });
       const state: Health = !running ? 'down' : backends.every((b) => b.health === 'down') ? 'down' : 'up';

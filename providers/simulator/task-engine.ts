@@ -175,8 +175,12 @@ export class SimulatedTasks {
 
   /** Removes the subject's tasks and faults (the subject was destroyed). */
   async forget(backend: string, subject: string | number, trx: Knex | Knex.Transaction = this.db): Promise<void> {
-    await trx('sim_tasks').where({ backend, subject: String(subject) }).delete();
-    await trx('sim_task_faults').where({ backend, subject: String(subject) }).delete();
+    await trx('sim_tasks')
+      .where({ backend, subject: String(subject) })
+      .delete();
+    await trx('sim_task_faults')
+      .where({ backend, subject: String(subject) })
+      .delete();
   }
 
   private async takeFault(trx: Knex.Transaction, backend: string, subject: string, kind: string): Promise<string | null> {

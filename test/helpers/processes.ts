@@ -138,7 +138,16 @@ export class PostgresCluster {
     chownSync(dir, uidOf('postgres'), uidOf('postgres'));
     await cluster.asPostgres(`${PG_BIN}/initdb`, ['-D', cluster.data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8']);
     await cluster.start();
-    await cluster.asPostgres(`${PG_BIN}/psql`, ['-h', '127.0.0.1', '-p', String(cluster.port), '-U', 'postgres', '-qc', "create role cloud login superuser password 'cloud'"]);
+    await cluster.asPostgres(`${PG_BIN}/psql`, [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(cluster.port),
+      '-U',
+      'postgres',
+      '-qc',
+      "create role cloud login superuser password 'cloud'",
+    ]);
     await cluster.asPostgres(`${PG_BIN}/psql`, ['-h', '127.0.0.1', '-p', String(cluster.port), '-U', 'postgres', '-qc', 'create database cloud owner cloud']);
     return cluster;
   }
@@ -150,8 +159,15 @@ export class PostgresCluster {
 
   async start(): Promise<void> {
     await this.asPostgres(`${PG_BIN}/pg_ctl`, [
-      '-D', this.data, '-l', path.join(this.dir, 'postgres.log'), '-w', '-t', '30',
-      '-o', `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`,
+      '-D',
+      this.data,
+      '-l',
+      path.join(this.dir, 'postgres.log'),
+      '-w',
+      '-t',
+      '30',
+      '-o',
+      `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`,
       'start',
     ]);
   }
@@ -167,7 +183,9 @@ export class PostgresCluster {
 }
 
 function uidOf(user: string): number {
-  const line = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith(`${user}:`));
+  const line = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(`${user}:`));
   if (!line) throw new Error(`no user ${user}`);
   return Number(line.split(':')[2]);
 }
@@ -186,9 +204,24 @@ export class TemporalServer {
       'temporal',
       TEMPORAL_CLI,
       [
-        'server', 'start-dev', '--headless', '--ip', '127.0.0.1', '--port', String(port), '--http-port', String(httpPort),
-        '--metrics-port', String(metricsPort), '--db-filename', path.join(dir, 'temporal.db'), '--log-level', 'error',
-        '--dynamic-config-value', 'frontend.enableUpdateWorkflowExecution=true', ...DEV_SERVER_SEARCH_ATTRIBUTE_ARGS,
+        'server',
+        'start-dev',
+        '--headless',
+        '--ip',
+        '127.0.0.1',
+        '--port',
+        String(port),
+        '--http-port',
+        String(httpPort),
+        '--metrics-port',
+        String(metricsPort),
+        '--db-filename',
+        path.join(dir, 'temporal.db'),
+        '--log-level',
+        'error',
+        '--dynamic-config-value',
+        'frontend.enableUpdateWorkflowExecution=true',
+        ...DEV_SERVER_SEARCH_ATTRIBUTE_ARGS,
       ],
       { env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' }, logFile: path.join(dir, 'temporal.log') },
     );

@@ -21,7 +21,12 @@ let matchers: Matcher[] | null = null;
 function table(): Matcher[] {
   matchers ??= buildRouteTable({ devEndpoints: true }).map((route) => ({
     route,
-    re: new RegExp(`^${route.path.split(/\{[a-zA-Z_]+\}/).map((part) => part.replace(/[.*+?^$()|[\]\\]/g, '\\$&')).join('[^/]+')}$`),
+    re: new RegExp(
+      `^${route.path
+        .split(/\{[a-zA-Z_]+\}/)
+        .map((part) => part.replace(/[.*+?^$()|[\]\\]/g, '\\$&'))
+        .join('[^/]+')}$`,
+    ),
     weight: route.path.replace(/\{[a-zA-Z_]+\}/g, '').length,
   }));
   return matchers;
@@ -50,7 +55,10 @@ export function checkResponse(method: string, url: string, status: number, conte
   }
   if (!route) throw new ResponseContractError(`${where}: no route in the table matches`);
   const spec = route.responses.find((r: { status: number }) => r.status === status);
-  if (!spec) throw new ResponseContractError(`${where}: status not declared by ${route.operationId} (declares ${route.responses.map((r: { status: number }) => r.status).join(', ')})`);
+  if (!spec)
+    throw new ResponseContractError(
+      `${where}: status not declared by ${route.operationId} (declares ${route.responses.map((r: { status: number }) => r.status).join(', ')})`,
+    );
   const schema = spec.schema as z.ZodType | undefined;
   if (!schema || status === 204) return;
   if (!contentType?.includes('json')) return;

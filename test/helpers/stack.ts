@@ -91,11 +91,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ...(options.env ?? {}),
   });
   const logLines = options.logLines;
-  const logger = createLogger(
-    config.LOG_LEVEL,
-    'test',
-    logLines ? { write: (line: string) => void logLines.push(line) } : undefined,
-  );
+  const logger = createLogger(config.LOG_LEVEL, 'test', logLines ? { write: (line: string) => void logLines.push(line) } : undefined);
   const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger });
   const server: Server = await new Promise((resolve) => {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));

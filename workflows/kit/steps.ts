@@ -36,7 +36,11 @@ export function upstreamError(err: unknown, step: string, backend: string): Oper
     const backendCode = detail.code ?? (cause.type === 'BackendGoneError' ? 'gone' : 'refused');
     return { code: 'upstream_error', message: `The ${backend} did not complete this step: ${cause.message}`, step, backend_code: backendCode };
   }
-  log.warn('operation step failed', { step, backend, error: err instanceof Error ? `${err.message}${cause instanceof Error && cause !== err ? `: ${cause.message}` : ''}` : String(err) });
+  log.warn('operation step failed', {
+    step,
+    backend,
+    error: err instanceof Error ? `${err.message}${cause instanceof Error && cause !== err ? `: ${cause.message}` : ''}` : String(err),
+  });
   if (cause instanceof ApplicationFailure && cause.type === 'BackendUnavailableError') {
     return { code: 'upstream_error', message: `The ${backend} did not answer; this step was not completed.`, step, backend_code: 'unavailable' };
   }

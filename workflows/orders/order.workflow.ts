@@ -64,10 +64,7 @@ export async function orderWorkflow(input: OrderWorkflowInput): Promise<void> {
   }
 
   if (state.invoice.status !== 'paid') {
-    await op.fail(
-      { code: 'order_cancelled', message: 'The order was cancelled before its invoice was paid; the invoice is void.' },
-      { ...state },
-    );
+    await op.fail({ code: 'order_cancelled', message: 'The order was cancelled before its invoice was paid; the invoice is void.' }, { ...state });
     return;
   }
 

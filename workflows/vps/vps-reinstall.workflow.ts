@@ -37,7 +37,12 @@ export async function vpsReinstallWorkflow(input: VpsReinstallInput): Promise<vo
         return run.enter(stage, STAGES[stage]);
       };
       const addresses = await calls.vpsReadAddresses({ vmid: input.vmid });
-      const task = await calls.vpsBeginReinstall({ operationId: input.operationId, vmid: input.vmid, template: input.template, key: `${input.operationId}:reinstall` });
+      const task = await calls.vpsBeginReinstall({
+        operationId: input.operationId,
+        vmid: input.vmid,
+        template: input.template,
+        key: `${input.operationId}:reinstall`,
+      });
       await run.tracker.progress(15);
       const provisioned = await waits.vpsAwaitTask({ upid: task.upid });
       if (provisioned.status === 'error') throw new StepFailed('provision', `the reinstall task failed: ${provisioned.error ?? 'no detail'}`);

@@ -27,11 +27,9 @@ export const DbaasSchema = z
       .nullable()
       .meta({ description: 'Live: where the instance accepts clients (with `port` of /connection). Null in lists and when it does not answer' }),
     plan: z.string().nullable().meta({ description: 'The catalog product. Null in lists' }),
-    capabilities: z
-      .record(z.string(), z.boolean())
-      .meta({
-        description: 'Lists, and reads whose instance does not answer, leave out `databases` and `users`: absent means not queried, which differs from false',
-      }),
+    capabilities: z.record(z.string(), z.boolean()).meta({
+      description: 'Lists, and reads whose instance does not answer, leave out `databases` and `users`: absent means not queried, which differs from false',
+    }),
     created_at: z.string().nullable(),
   })
   .meta({ id: 'Dbaas' });
@@ -121,14 +119,10 @@ export const idParams = z.object({ id: idParam('svc_1') });
 export const databaseParams = z.object({ id: idParam('svc_1'), name: dbName().meta({ example: 'shop', description: "The database's name" }) });
 export const userParams = z.object({
   id: idParam('svc_1'),
-  username: z
-    .string()
-    .min(1)
-    .max(320)
-    .meta({
-      example: 'app',
-      description: "The user's name, or on MySQL its `user@host` id (URL-encoded: `app%40%25`); a name alone means every host of that name",
-    }),
+  username: z.string().min(1).max(320).meta({
+    example: 'app',
+    description: "The user's name, or on MySQL its `user@host` id (URL-encoded: `app%40%25`); a name alone means every host of that name",
+  }),
 });
 
 export const CreateDatabaseBody = z

@@ -29,9 +29,10 @@ import {
  */
 const TAG = 'DNS';
 
-const ETAG_NOTE = 'The `ETag` header is the zone\'s: it changes with every change of any RRset, also one made on the DNS server directly.';
-const IF_MATCH_NOTE = 'Send an `ETag` of this zone as `If-Match` to write only if nothing changed since (else `412 precondition_failed`); without `If-Match` the write applies.';
-const PRECONDITION = { status: 412, description: '`If-Match` does not match the zone\'s current ETag (`precondition_failed`)' };
+const ETAG_NOTE = "The `ETag` header is the zone's: it changes with every change of any RRset, also one made on the DNS server directly.";
+const IF_MATCH_NOTE =
+  'Send an `ETag` of this zone as `If-Match` to write only if nothing changed since (else `412 precondition_failed`); without `If-Match` the write applies.';
+const PRECONDITION = { status: 412, description: "`If-Match` does not match the zone's current ETag (`precondition_failed`)" };
 const CONFLICT = { status: 409, description: 'A CNAME would share its name with other types (`conflict`), or the DNS server refused the change' };
 const UNAVAILABLE = { status: 503, description: 'The DNS server does not answer (`backend_unavailable`)' };
 
@@ -43,7 +44,7 @@ export const dnsRoutes = [
     path: '/v1/dns/zones',
     operationId: 'listDnsZones',
     summary: 'List DNS zones',
-    description: 'From the control plane\'s database: `serial` and `record_count` are `null` (read one zone for live values). Newest first.',
+    description: "From the control plane's database: `serial` and `record_count` are `null` (read one zone for live values). Newest first.",
     tag: TAG,
     scope: 'dns:read',
     credential: 'credential',
@@ -58,7 +59,12 @@ export const dnsRoutes = [
         limit: query.limit,
         cursor: query.cursor,
       });
-      return { body: listEnvelope(page.rows.map((row: DnsZoneRow) => presentZone({ ...row, service_id: Number(row.service_id) }, null)), page) };
+      return {
+        body: listEnvelope(
+          page.rows.map((row: DnsZoneRow) => presentZone({ ...row, service_id: Number(row.service_id) }, null)),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -112,13 +118,22 @@ export const dnsRoutes = [
     marks: [],
     params: zoneParams,
     query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'A page of RRsets, apex first, then by name from the right-most label', schema: listOf(DnsRRsetSchema, 'DnsRRsetList') }, UNAVAILABLE],
+    responses: [
+      { status: 200, description: 'A page of RRsets, apex first, then by name from the right-most label', schema: listOf(DnsRRsetSchema, 'DnsRRsetList') },
+      UNAVAILABLE,
+    ],
     async handler({ params, query, principal, deps }) {
       const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
       requireCapability(service, 'records');
       const { rrsets, etag } = await readRecords(deps.providers.dns, zone.name);
       const page = pageOfItems(deps.cursors, listFingerprint('dns.records', { zone: zone.name }), rrsets, rrsetSortKey, query);
-      return { headers: { ETag: etag }, body: listEnvelope(page.data.map((r) => presentRRset(r, zone.name)), page) };
+      return {
+        headers: { ETag: etag },
+        body: listEnvelope(
+          page.data.map((r) => presentRRset(r, zone.name)),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -195,7 +210,12 @@ export const dnsRoutes = [
     marks: ['D', 'I'],
     params: zoneParams,
     body: PatchRecordsBody,
-    exampleBody: { records: [{ name: 'www', type: 'A', ttl: 300, values: ['192.0.2.10'] }, { name: 'old', type: 'TXT', values: [] }] },
+    exampleBody: {
+      records: [
+        { name: 'www', type: 'A', ttl: 300, values: ['192.0.2.10'] },
+        { name: 'old', type: 'TXT', values: [] },
+      ],
+    },
     responses: [{ status: 200, description: 'Every element applied', schema: DnsPatchSchema }, CONFLICT, PRECONDITION, UNAVAILABLE],
     async handler({ params, body, principal, deps, req }) {
       const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);

@@ -15,8 +15,16 @@ export const zoneParams = z.object({
 });
 
 export const rrsetParams = zoneParams.extend({
-  name: z.string().min(1).max(300).meta({ example: 'www', description: 'Relative to the zone (`@` for the apex); an absolute name inside the zone is accepted' }),
-  type: z.string().min(1).max(10).meta({ example: 'A', description: `One of ${RRSET_TYPES.join(', ')} (any case)` }),
+  name: z
+    .string()
+    .min(1)
+    .max(300)
+    .meta({ example: 'www', description: 'Relative to the zone (`@` for the apex); an absolute name inside the zone is accepted' }),
+  type: z
+    .string()
+    .min(1)
+    .max(10)
+    .meta({ example: 'A', description: `One of ${RRSET_TYPES.join(', ')} (any case)` }),
 });
 
 export const DnsZoneSchema = z
@@ -25,8 +33,16 @@ export const DnsZoneSchema = z
     name: z.string().meta({ description: 'Lower case, punycode for IDN, no trailing dot' }),
     service_id: z.string(),
     kind: z.enum(['native', 'master', 'slave']),
-    serial: z.number().int().nullable().meta({ description: 'Live SOA serial; rises with every change. Null in lists and when the DNS server does not answer' }),
-    record_count: z.number().int().nullable().meta({ description: 'Live number of records, SOA and NS included. Null in lists and when the DNS server does not answer' }),
+    serial: z
+      .number()
+      .int()
+      .nullable()
+      .meta({ description: 'Live SOA serial; rises with every change. Null in lists and when the DNS server does not answer' }),
+    record_count: z
+      .number()
+      .int()
+      .nullable()
+      .meta({ description: 'Live number of records, SOA and NS included. Null in lists and when the DNS server does not answer' }),
     nameservers: z.array(z.string()),
     created_at: z.string().nullable(),
   })
@@ -39,7 +55,7 @@ export const DnsRRsetSchema = z
     fqdn: z.string().meta({ description: 'Absolute, without the trailing dot' }),
     type: z.enum(RRSET_TYPES),
     ttl: z.number().int(),
-    values: z.array(z.string()).meta({ description: 'In the server\'s presentation form (host names end with a dot, text is quoted), sorted' }),
+    values: z.array(z.string()).meta({ description: "In the server's presentation form (host names end with a dot, text is quoted), sorted" }),
   })
   .meta({ id: 'DnsRRset' });
 
@@ -56,7 +72,10 @@ export const PutRRsetBody = z
       .array(z.string().max(70_000))
       .min(1)
       .max(MAX_VALUES)
-      .meta({ description: 'Every value of the RRset; each is checked for the type (`values.N`). Host names may omit the trailing dot; TXT may be plain or quoted text' }),
+      .meta({
+        description:
+          'Every value of the RRset; each is checked for the type (`values.N`). Host names may omit the trailing dot; TXT may be plain or quoted text',
+      }),
   })
   .strict()
   .meta({ id: 'DnsRRsetPut' });
@@ -84,7 +103,7 @@ export const DnsPatchSchema = z
   .object({
     object: z.literal('dns_patch'),
     applied: z.number().int(),
-    etag: z.string().meta({ description: 'The zone\'s ETag after the changes (also in the ETag header)' }),
+    etag: z.string().meta({ description: "The zone's ETag after the changes (also in the ETag header)" }),
   })
   .meta({ id: 'DnsPatch' });
 

@@ -93,7 +93,7 @@ export const lbRoutes = [
     operationId: 'listLoadBalancers',
     summary: 'List load balancers',
     description:
-      'From the control plane\'s database: `provisioning_state`, `healthy` and `listener_count` are `null` (read one load balancer for them). A page may hold fewer items than `limit` while `has_more` is true: the page is read from the account\'s services and then filtered to load balancers. Follow `next_cursor` until `has_more` is false.',
+      "From the control plane's database: `provisioning_state`, `healthy` and `listener_count` are `null` (read one load balancer for them). A page may hold fewer items than `limit` while `has_more` is true: the page is read from the account's services and then filtered to load balancers. Follow `next_cursor` until `has_more` is false.",
     tag: TAG,
     scope: 'lb:read',
     credential: 'credential',
@@ -102,7 +102,13 @@ export const lbRoutes = [
     responses: [{ status: 200, description: 'A page of load balancers, newest first', schema: listOf(LoadBalancerSchema, 'LoadBalancerList') }],
     async handler({ query, principal, deps }) {
       const qb = visibleServicesWithBalancerQuery(deps.db, principal);
-      const page = await keysetPage(qb, { cursors: deps.cursors, list: listFingerprint('load-balancers', {}), column: 'services.id', limit: query.limit, cursor: query.cursor });
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('load-balancers', {}),
+        column: 'services.id',
+        limit: query.limit,
+        cursor: query.cursor,
+      });
       const data = page.rows
         .filter((row) => row.family === 'lb')
         .map((row) => presentLoadBalancer(row, row.lb_service_id == null ? null : { address: row.lb_address }, 'not_asked'));
@@ -114,7 +120,8 @@ export const lbRoutes = [
     path: '/v1/load-balancers/{id}',
     operationId: 'getLoadBalancer',
     summary: 'Get a load balancer with its live state',
-    description: '`provisioning_state`, `healthy` and `listener_count` come from the balancer; if it does not answer in time they are `null` and the call still succeeds.',
+    description:
+      '`provisioning_state`, `healthy` and `listener_count` come from the balancer; if it does not answer in time they are `null` and the call still succeeds.',
     tag: TAG,
     scope: 'lb:read',
     credential: 'credential',
@@ -152,7 +159,7 @@ export const lbRoutes = [
     operationId: 'replaceLoadBalancerListeners',
     summary: 'Replace the whole listener set of a load balancer',
     description:
-      'Body `listeners`: the complete set. Listeners not in it are deleted with their backends; `[]` stops all traffic. Checked and applied (a configuration reload that drops no connection) before the answer. An invalid set (bad address, a port used twice or already taken on the balancer\'s address, a listener without backends, more than the plan allows) applies nothing and answers `400 validation_failed` with the failing `param` (`listeners.1.port`).',
+      "Body `listeners`: the complete set. Listeners not in it are deleted with their backends; `[]` stops all traffic. Checked and applied (a configuration reload that drops no connection) before the answer. An invalid set (bad address, a port used twice or already taken on the balancer's address, a listener without backends, more than the plan allows) applies nothing and answers `400 validation_failed` with the failing `param` (`listeners.1.port`).",
     tag: TAG,
     scope: 'lb:write',
     credential: 'credential',
@@ -226,7 +233,10 @@ export const lbRoutes = [
         target,
         (current) => {
           index = current.findIndex((l) => l.name === body.listener);
-          if (index < 0) throw validationFailed([{ param: 'listener', message: `no listener is named ${body.listener}; add listeners with PUT /v1/load-balancers/{id}/listeners` }]);
+          if (index < 0)
+            throw validationFailed([
+              { param: 'listener', message: `no listener is named ${body.listener}; add listeners with PUT /v1/load-balancers/{id}/listeners` },
+            ]);
           return current.map((l, i) => (i === index ? { ...l, backends: [...l.backends, { ip: body.ip, port: body.port, weight: body.weight }] } : l));
         },
         (param) => {
@@ -246,7 +256,7 @@ export const lbRoutes = [
     operationId: 'deleteLoadBalancerBackend',
     summary: 'Remove a backend from a listener of a load balancer',
     description:
-      'The backend is `listener/ip/port`; percent-encode an IPv6 address (`2001%3Adb8%3A%3A11`). Applied before the answer. A listener\'s last backend cannot be removed (`400 validation_failed`): replace the listener set to remove the listener itself.',
+      "The backend is `listener/ip/port`; percent-encode an IPv6 address (`2001%3Adb8%3A%3A11`). Applied before the answer. A listener's last backend cannot be removed (`400 validation_failed`): replace the listener set to remove the listener itself.",
     tag: TAG,
     scope: 'lb:write',
     credential: 'credential',
@@ -267,7 +277,10 @@ export const lbRoutes = [
         if (!listener.backends.some((b) => sameBackend(b, params.ip, port))) throw notFound('backend');
         if (listener.backends.length === 1) {
           throw validationFailed([
-            { param: 'listener', message: `${params.ip} port ${port} is the last backend of listener ${listener.name}; a listener needs one. Replace the listener set to remove the listener.` },
+            {
+              param: 'listener',
+              message: `${params.ip} port ${port} is the last backend of listener ${listener.name}; a listener needs one. Replace the listener set to remove the listener.`,
+            },
           ]);
         }
         return current.map((l) => (l === listener ? { ...l, backends: l.backends.filter((b) => !sameBackend(b, params.ip, port)) } : l));
@@ -281,7 +294,7 @@ export const lbRoutes = [
     operationId: 'getLoadBalancerStats',
     summary: 'Get point-in-time statistics of a load balancer',
     description:
-      'Per listener: state, current connections, bytes in and out since the balancer last started (configuration changes keep counting), and each backend\'s health (`unknown` without a health check). No history. When the balancer does not answer, every listener is `unknown` with zero counters.',
+      "Per listener: state, current connections, bytes in and out since the balancer last started (configuration changes keep counting), and each backend's health (`unknown` without a health check). No history. When the balancer does not answer, every listener is `unknown` with zero counters.",
     tag: TAG,
     scope: 'lb:read',
     credential: 'credential',

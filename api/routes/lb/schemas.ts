@@ -22,13 +22,19 @@ export const LoadBalancerSchema = z
   .object({
     object: z.literal('load_balancer'),
     id: z.string().meta({ description: 'The lb service id (`svc_<n>`)' }),
-    name: z.string().nullable().meta({ description: 'The service\'s label (or its product name)' }),
+    name: z.string().nullable().meta({ description: "The service's label (or its product name)" }),
     address: z.string().nullable().meta({ description: 'Where the listeners accept traffic; null until the balancer is built' }),
     provisioning_state: z
       .enum(PROVISIONING_STATES)
       .nullable()
-      .meta({ description: 'Live: `running` or `stopped` as the balancer reports it; `provisioning` before it is built, `deleted` after termination. Null in lists and when the balancer does not answer' }),
-    healthy: z.boolean().nullable().meta({ description: 'Live: running and no listener down (every backend of a listener failing its check). Null in lists and when unknown' }),
+      .meta({
+        description:
+          'Live: `running` or `stopped` as the balancer reports it; `provisioning` before it is built, `deleted` after termination. Null in lists and when the balancer does not answer',
+      }),
+    healthy: z
+      .boolean()
+      .nullable()
+      .meta({ description: 'Live: running and no listener down (every backend of a listener failing its check). Null in lists and when unknown' }),
     listener_count: z.number().int().nullable().meta({ description: 'Live: listeners the running balancer has. Null in lists and when it does not answer' }),
     created_at: z.string().nullable(),
   })
@@ -45,7 +51,8 @@ const HealthCheckSchema = z
     path: z
       .string()
       .regex(HEALTH_CHECK_PATH_RE, 'must be an absolute path such as /healthz (URL characters only, no spaces or #)')
-      .meta({ description: 'http listeners only: GET this path, healthy on 2xx/3xx (default `/`)', example: '/healthz' }).optional(),
+      .meta({ description: 'http listeners only: GET this path, healthy on 2xx/3xx (default `/`)', example: '/healthz' })
+      .optional(),
     interval_seconds: z.number().int().min(LIMITS.intervalSeconds.min).max(LIMITS.intervalSeconds.max),
   })
   .strict();
@@ -147,12 +154,19 @@ export function listenersFromBody(body: z.infer<typeof ListenersBody>): LbListen
     protocol: l.protocol,
     port: l.port,
     algorithm: l.algorithm,
-    health_check: l.health_check === null ? null : { ...(l.health_check.path !== undefined ? { path: l.health_check.path } : {}), interval_seconds: l.health_check.interval_seconds },
+    health_check:
+      l.health_check === null
+        ? null
+        : { ...(l.health_check.path !== undefined ? { path: l.health_check.path } : {}), interval_seconds: l.health_check.interval_seconds },
     backends: l.backends.map((b) => ({ ip: b.ip, port: b.port, weight: b.weight })),
   }));
 }
 
-export function presentLoadBalancer(service: ServiceRow, balancer: Pick<LbBalancerRow, 'address'> | null, live: BalancerStatus | null | 'not_asked'): z.input<typeof LoadBalancerSchema> {
+export function presentLoadBalancer(
+  service: ServiceRow,
+  balancer: Pick<LbBalancerRow, 'address'> | null,
+  live: BalancerStatus | null | 'not_asked',
+): z.input<typeof LoadBalancerSchema> {
   const known = live !== null && live !== 'not_asked' ? live : null;
   let provisioningState: (typeof PROVISIONING_STATES)[number] | null = known?.state ?? null;
   if (!balancer && live !== 'not_asked') provisioningState = service.status === 'terminated' ? 'deleted' : 'provisioning';

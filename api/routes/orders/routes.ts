@@ -129,38 +129,42 @@ export const orderRoutes = [
         // The operation could not start (Temporal did not answer): take the order back too.
         await withdrawOrder(deps.db, billing, orderId);
       };
-      const op = await deps.operations.start({
-        principal,
-        type: 'orders.create',
-        workflow: 'orderWorkflow',
-        input: { orderId, activationTimeoutMs: deps.config.ORDER_ACTIVATION_TIMEOUT },
-        resource: { object: 'order', id: orderRef },
-        initialStatus: 'pending',
-        async inTransaction(trx, operationId) {
-          const created = await createOrder(trx, billing, {
-            id: orderId,
-            accountId: principal.accountId,
-            operationId,
-            product,
-            billingCycle: cycle,
-            options: checked.options,
-            promoCode: body.promo_code ?? null,
-            siteName: body.site_name ?? null,
-            paymentMethod,
-            currency,
-            credentialId: principal.credentialId,
-          });
-          if ('refused' in created) {
-            // Checked again inside the transaction: another order took the name or the last promo use meanwhile.
-            if (created.refused === 'site_name') throw hostnameTaken();
-            throw invalidPromo(created.reason);
-          }
-          await trx('operations').where({ id: operationId }).update({ result: JSON.stringify(initialResult) });
-        },
-      }).catch(async (err: unknown) => {
-        if (err instanceof ApiError && err.code === 'backend_unavailable') await undoOrder();
-        throw err;
-      });
+      const op = await deps.operations
+        .start({
+          principal,
+          type: 'orders.create',
+          workflow: 'orderWorkflow',
+          input: { orderId, activationTimeoutMs: deps.config.ORDER_ACTIVATION_TIMEOUT },
+          resource: { object: 'order', id: orderRef },
+          initialStatus: 'pending',
+          async inTransaction(trx, operationId) {
+            const created = await createOrder(trx, billing, {
+              id: orderId,
+              accountId: principal.accountId,
+              operationId,
+              product,
+              billingCycle: cycle,
+              options: checked.options,
+              promoCode: body.promo_code ?? null,
+              siteName: body.site_name ?? null,
+              paymentMethod,
+              currency,
+              credentialId: principal.credentialId,
+            });
+            if ('refused' in created) {
+              // Checked again inside the transaction: another order took the name or the last promo use meanwhile.
+              if (created.refused === 'site_name') throw hostnameTaken();
+              throw invalidPromo(created.reason);
+            }
+            await trx('operations')
+              .where({ id: operationId })
+              .update({ result: JSON.stringify(initialResult) });
+          },
+        })
+        .catch(async (err: unknown) => {
+          if (err instanceof ApiError && err.code === 'backend_unavailable') await undoOrder();
+          throw err;
+        });
       return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: { ...op, result: initialResult } };
     },
   }),
@@ -168,9 +172,9 @@ export const orderRoutes = [
     method: 'get',
     path: '/v1/orders',
     operationId: 'listOrders',
-    summary: 'List the account\'s orders',
+    summary: "List the account's orders",
     description:
-      'Newest first, with each order\'s invoice and created services. Filter by `status`. Orders whose service the credential cannot see are left out, so a page may hold fewer than `limit` orders while `has_more` is true.',
+      "Newest first, with each order's invoice and created services. Filter by `status`. Orders whose service the credential cannot see are left out, so a page may hold fewer than `limit` orders while `has_more` is true.",
     tag: 'Orders',
     scope: 'orders:read',
     credential: 'credential',
@@ -192,7 +196,7 @@ export const orderRoutes = [
     path: '/v1/orders/{id}',
     operationId: 'getOrder',
     summary: 'Get an order with its invoice and created services',
-    description: 'Another account\'s order, or one whose service the credential cannot see, is `404`.',
+    description: "Another account's order, or one whose service the credential cannot see, is `404`.",
     tag: 'Orders',
     scope: 'orders:read',
     credential: 'credential',
@@ -226,7 +230,10 @@ export const orderRoutes = [
       const id = parseNumericId('ord', params.id);
       // An order whose service the credential cannot see is as missing as any invisible resource.
       const visible = id === null ? null : await findVisibleOrder(deps.db, deps.providers.billing, principal, id);
-      const outcome = visible === null ? null : await cancelOrder(deps.db, deps.providers.billing, principal.accountId, Number(visible.id), { type: body.type, reason: body.reason ?? null });
+      const outcome =
+        visible === null
+          ? null
+          : await cancelOrder(deps.db, deps.providers.billing, principal.accountId, Number(visible.id), { type: body.type, reason: body.reason ?? null });
       if (!outcome) throw notFound('order');
       if (outcome.kind === 'voided') {
         // The void is committed; the signal only spares the workflow its periodic re-read.

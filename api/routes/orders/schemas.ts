@@ -101,15 +101,15 @@ export const CreateOrderBody = z
     billing_cycle: z
       .enum(BILLING_CYCLES)
       .optional()
-      .meta({ description: 'One of the product\'s sold cycles; default `monthly` when sold, else the shortest sold cycle' }),
-    options: z.record(z.string(), z.unknown()).optional().meta({ description: 'Product options, as described by the product\'s `options`' }),
+      .meta({ description: "One of the product's sold cycles; default `monthly` when sold, else the shortest sold cycle" }),
+    options: z.record(z.string(), z.unknown()).optional().meta({ description: "Product options, as described by the product's `options`" }),
     promo_code: z.string().min(1).max(64).optional(),
     site_name: z
       .string()
       .transform((v) => v.toLowerCase())
       .pipe(z.string().regex(HOSTNAME, 'must be a hostname (letters, digits, hyphens and dots)'))
       .optional()
-      .meta({ description: 'Hosted sites: the site\'s hostname; must not be taken (`hostname_taken`)' }),
+      .meta({ description: "Hosted sites: the site's hostname; must not be taken (`hostname_taken`)" }),
     payment_method: z.string().min(1).max(64).optional().meta({ description: 'From GET /v1/orders/payment-methods; the default one when omitted' }),
   })
   .strict();
@@ -123,4 +123,3 @@ export const CancelOrderBody = z
     reason: z.string().min(1).max(500).optional(),
   })
   .strict();
-

@@ -111,7 +111,8 @@ export const vpsRoutes = [
     path: '/v1/vps',
     operationId: 'listVps',
     summary: 'List virtual servers',
-    description: 'From the control plane\'s database: `state`, `os_hostname`, `uptime_seconds`, `cpu`, `memory` and `disk` are `null` (read one VPS for live values).',
+    description:
+      "From the control plane's database: `state`, `os_hostname`, `uptime_seconds`, `cpu`, `memory` and `disk` are `null` (read one VPS for live values).",
     tag: TAG,
     scope: 'vps:read',
     credential: 'credential',
@@ -120,7 +121,13 @@ export const vpsRoutes = [
     responses: [{ status: 200, description: 'A page of VPS, newest first', schema: listOf(VpsSchema, 'VpsList') }],
     async handler({ query, principal, deps }) {
       const qb = visibleVpsQuery(deps.db, principal);
-      const page = await keysetPage(qb, { cursors: deps.cursors, list: listFingerprint('vps', {}), column: 'services.id', limit: query.limit, cursor: query.cursor });
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('vps', {}),
+        column: 'services.id',
+        limit: query.limit,
+        cursor: query.cursor,
+      });
       const data = page.rows.map((row) => {
         const { service, server } = splitVpsRow(row);
         return presentVps(service, server, null);
@@ -156,7 +163,7 @@ export const vpsRoutes = [
     operationId: 'updateVps',
     summary: 'Rename a virtual server',
     description:
-      'Body `hostname`. On `lxc` the container\'s hostname changes immediately. On `qemu` the VM is renamed now (`hostname`) and the guest OS picks the name up at its next boot: until a reboot, `os_hostname` still shows the old name.',
+      "Body `hostname`. On `lxc` the container's hostname changes immediately. On `qemu` the VM is renamed now (`hostname`) and the guest OS picks the name up at its next boot: until a reboot, `os_hostname` still shows the old name.",
     tag: TAG,
     scope: 'vps:write',
     credential: 'credential',
@@ -218,7 +225,12 @@ export const vpsRoutes = [
       const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
       const ips = await deps.providers.hypervisor.ips(server.vmid);
       const page = pageOfItems(deps.cursors, listFingerprint(`vps.ips:${server.service_id}`, {}), ips, (ip) => `${ip.version}|${ip.address}`, query);
-      return { body: listEnvelope(page.data.map((ip) => ({ object: 'vps_ip' as const, ...ip })), page) };
+      return {
+        body: listEnvelope(
+          page.data.map((ip) => ({ object: 'vps_ip' as const, ...ip })),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -238,7 +250,12 @@ export const vpsRoutes = [
       const { server } = await machineTarget(deps, principal, params.id, 'templates');
       const templates = await deps.providers.hypervisor.templates(server.vmid);
       const page = pageOfItems(deps.cursors, listFingerprint(`vps.templates:${server.service_id}`, {}), templates, (t) => t.id, query);
-      return { body: listEnvelope(page.data.map((t) => ({ object: 'vps_template' as const, ...t })), page) };
+      return {
+        body: listEnvelope(
+          page.data.map((t) => ({ object: 'vps_template' as const, ...t })),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -366,7 +383,7 @@ export const vpsRoutes = [
     path: '/v1/vps/{id}/backups',
     operationId: 'listVpsBackups',
     summary: 'List the backups of a virtual server',
-    description: 'Read from the hypervisor\'s backup storage, newest first. A backup being made appears once it is complete, with its final size.',
+    description: "Read from the hypervisor's backup storage, newest first. A backup being made appears once it is complete, with its final size.",
     tag: TAG,
     scope: 'vps:read',
     credential: 'credential',
@@ -448,4 +465,3 @@ export const vpsRoutes = [
     },
   }),
 ];
-

@@ -16,16 +16,21 @@ export const VpsSchema = z
     object: z.literal('vps'),
     id: z.string(),
     status: z.enum(['active', 'pending', 'suspended', 'terminated', 'cancelled', 'fraud', 'unknown']).meta({ description: 'Billing contract status' }),
-    hostname: z.string().nullable().meta({ description: 'The machine\'s name. On qemu a rename reaches the guest OS at its next boot (see `os_hostname`).' }),
+    hostname: z.string().nullable().meta({ description: "The machine's name. On qemu a rename reaches the guest OS at its next boot (see `os_hostname`)." }),
     os_hostname: z
       .string()
       .nullable()
-      .meta({ description: 'Live: the hostname the guest OS runs with; differs from `hostname` on qemu until the next reboot. Null when stopped or not queried.' }),
+      .meta({
+        description: 'Live: the hostname the guest OS runs with; differs from `hostname` on qemu until the next reboot. Null when stopped or not queried.',
+      }),
     type: z.enum(['qemu', 'lxc']).nullable(),
     node: z.string().nullable().meta({ description: 'Physical node; informational, changes on migration' }),
     vmid: z.number().int().nullable(),
     primary_ip: z.string().nullable(),
-    state: z.enum(['running', 'stopped', 'paused', 'unknown']).nullable().meta({ description: 'Live machine state; null in lists and when the hypervisor does not answer' }),
+    state: z
+      .enum(['running', 'stopped', 'paused', 'unknown'])
+      .nullable()
+      .meta({ description: 'Live machine state; null in lists and when the hypervisor does not answer' }),
     uptime_seconds: nullableNumber,
     cpu: z.object({ cores: nullableNumber, usage_percent: nullableNumber }).nullable(),
     memory: z.object({ used_bytes: nullableNumber, total_bytes: nullableNumber }).nullable(),

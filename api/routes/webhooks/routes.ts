@@ -2,7 +2,22 @@ import { z } from 'zod';
 import { formatId, newUlidId } from '../../../common/ids';
 import { emitEvent } from '../../../domain/events';
 import { checkTarget, TargetRejected } from '../../../domain/webhooks/targets';
-import { eventBody, findDelivery, findWebhook, MAX_WEBHOOKS_PER_ACCOUNT, newWebhookSecret, presentDeliveriesFor, presentDelivery, presentWebhook, presentWebhookWithSecret, restartDeliveryWorkflow, SUBSCRIBABLE_EVENTS, WEBHOOK_SECRET_PURPOSE, type DeliveryRow, type WebhookRow } from '../../../domain/webhooks/webhooks';
+import {
+  eventBody,
+  findDelivery,
+  findWebhook,
+  MAX_WEBHOOKS_PER_ACCOUNT,
+  newWebhookSecret,
+  presentDeliveriesFor,
+  presentDelivery,
+  presentWebhook,
+  presentWebhookWithSecret,
+  restartDeliveryWorkflow,
+  SUBSCRIBABLE_EVENTS,
+  WEBHOOK_SECRET_PURPOSE,
+  type DeliveryRow,
+  type WebhookRow,
+} from '../../../domain/webhooks/webhooks';
 import type { AppDeps } from '../../deps';
 import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../../errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
@@ -99,7 +114,12 @@ export const webhookRoutes = [
         limit: query.limit,
         cursor: query.cursor,
       });
-      return { body: listEnvelope(page.rows.map((r) => presentWebhook(r)), page) };
+      return {
+        body: listEnvelope(
+          page.rows.map((r) => presentWebhook(r)),
+          page,
+        ),
+      };
     },
   }),
   defineRoute({
@@ -160,7 +180,8 @@ export const webhookRoutes = [
     path: '/v1/webhooks/{id}',
     operationId: 'deleteWebhook',
     summary: 'Delete a webhook',
-    description: 'Deletes the webhook and its deliveries. Pending deliveries are dropped: their workflows are terminated (and would end on their own at their next attempt).',
+    description:
+      'Deletes the webhook and its deliveries. Pending deliveries are dropped: their workflows are terminated (and would end on their own at their next attempt).',
     tag: 'Webhooks',
     scope: 'account:write',
     credential: 'credential',
@@ -195,7 +216,8 @@ export const webhookRoutes = [
     async handler({ params, principal, deps }) {
       const current = await findWebhook(deps.db, principal, params.id);
       const secret = newWebhookSecret();
-      const [row] = await deps.db('webhooks')
+      const [row] = await deps
+        .db('webhooks')
         .where({ id: current.id })
         .update({ secret_sealed: deps.keyring.encrypt(WEBHOOK_SECRET_PURPOSE, secret), updated_at: deps.db.fn.now() })
         .returning('*');
@@ -308,7 +330,8 @@ export const webhookRoutes = [
       const webhook = await findWebhook(deps.db, principal, params.id);
       const before = await findDelivery(deps.db, webhook, params.delivery_id);
       if (!webhook.enabled) throw conflict('The webhook is disabled; enable it (PATCH enabled: true) before redelivering.');
-      const [requeued] = (await deps.db('webhook_deliveries')
+      const [requeued] = (await deps
+        .db('webhook_deliveries')
         .where({ id: before.id })
         .whereIn('status', ['delivered', 'failed'])
         .update({ status: 'queued', next_attempt_at: deps.db.fn.now(), delivered_at: null, updated_at: deps.db.fn.now() })
@@ -318,7 +341,8 @@ export const webhookRoutes = [
         await restartDeliveryWorkflow(deps.temporal, deps.config, requeued);
       } catch (err) {
         deps.logger.error({ err, delivery: requeued.id }, 'could not start the redelivery');
-        await deps.db('webhook_deliveries')
+        await deps
+          .db('webhook_deliveries')
           .where({ id: before.id, status: 'queued' })
           .update({ status: before.status, next_attempt_at: before.next_attempt_at, delivered_at: before.delivered_at });
         throw backendUnavailable('webhooks');
@@ -332,7 +356,5 @@ export const webhookRoutes = [
 /** Terminates the workflows of dropped deliveries; best effort (each ends on its own at its next attempt anyway). */
 async function dropWorkflows(deps: AppDeps, deliveryIds: string[]): Promise<void> {
   if (deliveryIds.length === 0) return;
-  await Promise.allSettled(
-    deliveryIds.map((id) => deps.temporal.withDeadline(2_000, () => deps.temporal.handle(id).terminate('webhook deleted'))),
-  );
+  await Promise.allSettled(deliveryIds.map((id) => deps.temporal.withDeadline(2_000, () => deps.temporal.handle(id).terminate('webhook deleted'))));
 }

@@ -42,7 +42,11 @@ export const WebhookDeliverySchema = z
   })
   .meta({ id: 'WebhookDelivery' });
 
-export const urlField = z.string().min(1).max(2048).meta({ description: 'https URL reachable from the public internet.', example: 'https://hooks.example.com/cloud' });
+export const urlField = z
+  .string()
+  .min(1)
+  .max(2048)
+  .meta({ description: 'https URL reachable from the public internet.', example: 'https://hooks.example.com/cloud' });
 export const eventsField = z
   .array(z.string().max(100))
   .min(1)
@@ -54,4 +58,3 @@ export const UpdateBody = z.object({ url: urlField.optional(), events: eventsFie
 
 export const webhookParams = z.object({ id: idParam('whk_1') });
 export const deliveryParams = z.object({ id: idParam('whk_1'), delivery_id: idParam('dlv_01JD0000000000000000000000') });
-
