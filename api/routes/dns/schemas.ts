@@ -68,14 +68,9 @@ const ttlField = z
 export const PutRRsetBody = z
   .object({
     ttl: ttlField,
-    values: z
-      .array(z.string().max(70_000))
-      .min(1)
-      .max(MAX_VALUES)
-      .meta({
-        description:
-          'Every value of the RRset; each is checked for the type (`values.N`). Host names may omit the trailing dot; TXT may be plain or quoted text',
-      }),
+    values: z.array(z.string().max(70_000)).min(1).max(MAX_VALUES).meta({
+      description: 'Every value of the RRset; each is checked for the type (`values.N`). Host names may omit the trailing dot; TXT may be plain or quoted text',
+    }),
   })
   .strict()
   .meta({ id: 'DnsRRsetPut' });

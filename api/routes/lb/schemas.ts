@@ -24,13 +24,10 @@ export const LoadBalancerSchema = z
     id: z.string().meta({ description: 'The lb service id (`svc_<n>`)' }),
     name: z.string().nullable().meta({ description: "The service's label (or its product name)" }),
     address: z.string().nullable().meta({ description: 'Where the listeners accept traffic; null until the balancer is built' }),
-    provisioning_state: z
-      .enum(PROVISIONING_STATES)
-      .nullable()
-      .meta({
-        description:
-          'Live: `running` or `stopped` as the balancer reports it; `provisioning` before it is built, `deleted` after termination. Null in lists and when the balancer does not answer',
-      }),
+    provisioning_state: z.enum(PROVISIONING_STATES).nullable().meta({
+      description:
+        'Live: `running` or `stopped` as the balancer reports it; `provisioning` before it is built, `deleted` after termination. Null in lists and when the balancer does not answer',
+    }),
     healthy: z
       .boolean()
       .nullable()

@@ -17,12 +17,9 @@ export const VpsSchema = z
     id: z.string(),
     status: z.enum(['active', 'pending', 'suspended', 'terminated', 'cancelled', 'fraud', 'unknown']).meta({ description: 'Billing contract status' }),
     hostname: z.string().nullable().meta({ description: "The machine's name. On qemu a rename reaches the guest OS at its next boot (see `os_hostname`)." }),
-    os_hostname: z
-      .string()
-      .nullable()
-      .meta({
-        description: 'Live: the hostname the guest OS runs with; differs from `hostname` on qemu until the next reboot. Null when stopped or not queried.',
-      }),
+    os_hostname: z.string().nullable().meta({
+      description: 'Live: the hostname the guest OS runs with; differs from `hostname` on qemu until the next reboot. Null when stopped or not queried.',
+    }),
     type: z.enum(['qemu', 'lxc']).nullable(),
     node: z.string().nullable().meta({ description: 'Physical node; informational, changes on migration' }),
     vmid: z.number().int().nullable(),
