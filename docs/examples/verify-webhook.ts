@@ -64,7 +64,11 @@ export function verifyWebhook(
  * handles each event id once (the same event can arrive more than once). `seen` stands in for a
  * durable store (a table with a unique key on the event id).
  */
-export function webhookHandler(options: { secret: () => string; onEvent: (event: CloudEvent) => void | Promise<void>; seen?: Set<string> }) {
+export function webhookHandler(options: {
+  secret: () => string;
+  onEvent: (event: CloudEvent) => void | Promise<void>;
+  seen?: Set<string>;
+}) {
   const seen = options.seen ?? new Set<string>();
   return (req: IncomingMessage, res: ServerResponse): void => {
     const chunks: Buffer[] = [];
