@@ -23,7 +23,7 @@
  * same 2 cores, as they would on one small machine. CPU time per process is sampled from /proc.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -38,6 +38,7 @@ import { SEARCH_ATTRIBUTES } from '../domain/temporal';
 import { ALL_SCOPES } from '../domain/scopes';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';
+import { childPidsByName, cpuDelta, cpuSnapshot, type CpuGroups } from './cpu';
 
 const root = path.resolve(__dirname, '..');
 const arg = (name: string, fallback: string) =>
@@ -51,56 +52,6 @@ const ONLY = arg('only', 'all');
 const EXPERIMENTS = arg('experiment', '');
 const SERVICES = 30;
 const HUGE = '1000000000';
-
-// ---------------------------------------------------------------------------------------------
-// CPU accounting from /proc: per process (API child, baseline child, this process, our PostgreSQL
-// backends, the Temporal server) and the whole machine, so that contention is visible.
-const TICK = 100; // USER_HZ on Linux
-function procCpuSeconds(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / TICK; // utime + stime
-  } catch {
-    return 0;
-  }
-}
-function machineBusySeconds(): number {
-  const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
-  const [user, nice, system, , , irq, softirq, steal] = cpu;
-  return (user + nice + system + irq + softirq + steal) / TICK;
-}
-/** Our own child processes of that name (other sessions on the machine may run the same programs). */
-function childPidsByName(name: string): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === process.pid && readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === name) pids.push(Number(entry));
-    } catch {
-      // gone
-    }
-  }
-  return pids;
-}
-
-interface CpuGroups {
-  [group: string]: () => number[];
-}
-function cpuSnapshot(groups: CpuGroups) {
-  const out: Record<string, number> = { machine: machineBusySeconds() };
-  for (const [group, pids] of Object.entries(groups)) out[group] = pids().reduce((sum, pid) => sum + procCpuSeconds(pid), 0);
-  return out;
-}
-function cpuDelta(before: Record<string, number>, after: Record<string, number>, seconds: number) {
-  const cores: Record<string, number> = {};
-  for (const key of Object.keys(after)) cores[key] = Math.round(((after[key] - (before[key] ?? 0)) / seconds) * 100) / 100;
-  const ours = Object.entries(cores).filter(([k]) => k !== 'machine').reduce((s, [, v]) => s + v, 0);
-  cores.others = Math.max(0, Math.round((cores.machine - ours) * 100) / 100);
-  return cores;
-}
 
 // ---------------------------------------------------------------------------------------------
 function startChild(file: string, env: Record<string, string>, execArgv: string[] = []): Promise<{ child: ChildProcess; port: number }> {

@@ -65,6 +65,10 @@ export const configSchema = z
     WEBHOOK_MAX_SOCKETS: positiveInt(256),
     /** Concurrent attempts (sockets) per webhook endpoint. */
     WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt(16),
+    /** Failed attempts in a row after which an endpoint's circuit opens (its due attempts fail without being sent). */
+    WEBHOOK_BREAKER_THRESHOLD: positiveInt(20),
+    /** How long the circuit stays open before one attempt is sent as a probe. */
+    WEBHOOK_BREAKER_COOLDOWN: duration('30s'),
     OPERATION_CACHE_TTL: duration('2s'),
     /** How long GET /v1/operations/{id} waits for a workflow query before answering from PostgreSQL. */
     OPERATION_QUERY_TIMEOUT: duration('1500ms'),
