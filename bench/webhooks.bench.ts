@@ -235,6 +235,19 @@ async function main() {
   const recordedMs = performance.now() - t0;
   clearInterval(progress);
 
+  // What the Temporal server did for it: runs, signals, activities, workflow tasks.
+  const temporalWork = { workflow_runs: 0, signals: 0, activities: 0, workflow_tasks: 0, timers: 0 };
+  for await (const wf of env.client.workflow.list()) {
+    temporalWork.workflow_runs++;
+    const history = await env.client.workflow.getHandle(wf.workflowId, wf.runId).fetchHistory();
+    for (const e of history.events ?? []) {
+      if (e.workflowExecutionSignaledEventAttributes) temporalWork.signals++;
+      if (e.activityTaskScheduledEventAttributes) temporalWork.activities++;
+      if (e.workflowTaskCompletedEventAttributes) temporalWork.workflow_tasks++;
+      if (e.timerStartedEventAttributes) temporalWork.timers++;
+    }
+  }
+
   const duplicates = [...received.values()].filter((c) => c > 1).length;
   const rows = (await database.db('webhook_deliveries').count('* as n').first()) as { n: string };
   const undispatched = (await database.db('events').whereNull('dispatched_at').count('* as n').first()) as { n: string };
@@ -260,6 +273,7 @@ async function main() {
     deliveries_per_second_received: perSecond,
     deliveries_per_second_recorded: Math.round(recorded / (recordedMs / 1000)),
     latency_ms: { p50: Math.round(percentile(latencies, 50)), p95: Math.round(percentile(latencies, 95)), p99: Math.round(percentile(latencies, 99)), max: Math.round(latencies.at(-1) ?? 0) },
+    temporal: temporalWork,
     cores,
     cpu_ms_per_delivery: {
       bench_process: +((cores.bench_process * receivedMs) / expected).toFixed(3),

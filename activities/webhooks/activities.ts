@@ -151,15 +151,24 @@ export function createWebhookActivities({ db, keyring, config, logger, temporal 
     };
   };
 
-  /** Heartbeats when running as an activity (throttled by the SDK); a no-op when called directly. */
-  const heartbeat = () => {
-    let context: Context;
+  /**
+   * Heartbeats when running as an activity (a no-op when called directly), at most once a second:
+   * each heartbeat crosses into the SDK's native core, and a batch makes an attempt every few ms.
+   */
+  const heartbeater = () => {
+    let context: Context | null = null;
     try {
       context = Context.current();
     } catch {
-      return;
+      // not in an activity
     }
-    context.heartbeat();
+    let last = 0;
+    return () => {
+      const now = Date.now();
+      if (!context || now - last < 1_000) return;
+      last = now;
+      context.heartbeat();
+    };
   };
 
   const outcomeOf = (record: AttemptRecord): DeliveryAttemptOutcome['outcome'] =>
@@ -195,6 +204,7 @@ export function createWebhookActivities({ db, keyring, config, logger, temporal 
     }
 
     const sent = new Set<string>();
+    const heartbeat = heartbeater();
     if (toSend.length > 0) {
       let target: CheckedTarget | null = null;
       let refused: string | null = null;
