@@ -100,20 +100,22 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
     next();
   });
 
-  // JSON only: a body in any other media type is refused before parsing.
+  // JSON only: a body in any other media type is refused before parsing (and a request without one
+  // does not go through the parser at all).
+  const parseJson = express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'] });
   app.use((req, res, next) => {
     const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
     if (!hasBody) return next();
     if (!req.is(['application/json', 'application/*+json'])) {
       return next(new ApiError(415, 'invalid_request_error', 'unsupported_media_type', 'Send request bodies as application/json.'));
     }
-    return next();
+    return parseJson(req, res, next);
   });
-  app.use(express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'] }));
 
   for (const route of routes) {
-    app[route.method](toExpressPath(route.path), (req, res, next) => {
-      handle(deps, route, req, res).catch(next);
+    const expressPath = toExpressPath(route.path);
+    app[route.method](expressPath, (req, res, next) => {
+      handle(deps, route, expressPath, req, res).catch(next);
     });
   }
 
@@ -147,9 +149,9 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
   return app;
 }
 
-async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Response): Promise<void> {
+async function handle(deps: AppDeps, route: AnyRoute, expressPath: string, req: Request, res: Response): Promise<void> {
   const l = locals(res);
-  l.route = toExpressPath(route.path);
+  l.route = expressPath;
   l.scope = route.scope;
 
   if (route.internal && route.path.startsWith('/_dev') && !isLoopback(clientIp(req))) {
@@ -215,7 +217,19 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
   if (route.returnsSecret) res.setHeader('Cache-Control', 'no-store');
   const status = result.status ?? 200;
   if (result.body === undefined || status === 204) res.status(status).end();
-  else res.status(status).json(result.body);
+  else sendJson(res, status, result.body);
+}
+
+/**
+ * `res.status().json()` without Express's send(): the API turns ETags off and sets no
+ * Last-Modified, so its freshness checks never apply; the same bytes and headers, one write.
+ */
+function sendJson(res: Response, status: number, body: unknown): void {
+  const json = JSON.stringify(body);
+  res.statusCode = status;
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', Buffer.byteLength(json));
+  res.end(json);
 }
 
 function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: string | null, tier: string | null, mutation: boolean) {
@@ -265,10 +279,7 @@ function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
 }
 
 function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
-  let done = false;
   const record = () => {
-    if (done) return;
-    done = true;
     const l = locals(res);
     const entry = {
       request_id: l.requestId,
@@ -289,6 +300,6 @@ function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
     // The same fields as the audit entry (no bodies, headers or query strings), for operators at debug level.
     deps.logger.debug(entry, 'request');
   };
-  res.once('finish', record);
+  // 'close' follows 'finish' for every response, and also ends one whose connection dropped first.
   res.once('close', record);
 }

@@ -23,7 +23,7 @@
  * same 2 cores, as they would on one small machine. CPU time per process is sampled from /proc.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -39,6 +39,7 @@ import { ALL_SCOPES } from '../domain/scopes';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';
 import { childPidsByName, cpuDelta, cpuSnapshot, type CpuGroups } from './cpu';
+import { stageTable, type Profile } from './cpu-profile';
 
 const root = path.resolve(__dirname, '..');
 const arg = (name: string, fallback: string) =>
@@ -48,6 +49,8 @@ const WARMUP = Number(arg('warmup', '3'));
 const CONNECTIONS = Number(arg('connections', '64'));
 const ROUNDS = Number(arg('rounds', '1'));
 const CPU_PROF = arg('cpu-prof', 'false') === 'true';
+/** Profile the API process during each measured API run only and print its CPU per request by stage. */
+const STAGES = arg('stages', 'false') === 'true';
 const ONLY = arg('only', 'all');
 const EXPERIMENTS = arg('experiment', '');
 const SERVICES = 30;
@@ -116,17 +119,25 @@ async function measure(
   headers: Record<string, string>,
   groups: CpuGroups,
   auditCount?: () => Promise<number>,
+  profile?: { child: ChildProcess },
 ): Promise<Run> {
   if (WARMUP > 0) await autocannon({ url, connections: CONNECTIONS, duration: WARMUP, headers });
   // Let the warm-up's last requests finish (and be recorded) before counting.
   await new Promise((r) => setTimeout(r, 500));
   const auditBefore = auditCount ? await auditCount() : 0;
+  const profileFile = path.join(os.tmpdir(), `api-bench-${name.replace(/[^a-z0-9]+/gi, '-')}-${Date.now()}.cpuprofile`);
+  if (profile) await request(profile.child, { type: 'profile-start' }, 'profile-started');
   const loadBefore = load();
   const before = cpuSnapshot(groups);
   const started = process.hrtime.bigint();
   const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, headers });
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   const cores = cpuDelta(before, cpuSnapshot(groups), seconds);
+  if (profile) {
+    await request(profile.child, { type: 'profile-stop', file: profileFile }, 'profile-stopped');
+    const parsed: Profile = JSON.parse(readFileSync(profileFile, 'utf8'));
+    console.log(`  ${name}: CPU by stage (${profileFile}, ${r.requests.total} answers)\n${stageTable(parsed, r.requests.total)}`);
+  }
   const run: Run = {
     name,
     url,
@@ -269,18 +280,25 @@ async function main() {
 
     const listKey = await newKey();
     if (ONLY === 'all' || ONLY === 'services') {
-      const list = await measure('API GET /v1/services?limit=20', `${apiUrl}/v1/services?limit=20`, auth(listKey.token), groups, async () => {
-        // Our backends, read again after the warm-up: the pool opens connections as it needs them.
-        pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
-        return auditedRows(listKey.id);
-      });
+      const list = await measure(
+        'API GET /v1/services?limit=20',
+        `${apiUrl}/v1/services?limit=20`,
+        auth(listKey.token),
+        groups,
+        async () => {
+          // Our backends, read again after the warm-up: the pool opens connections as it needs them.
+          pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
+          return auditedRows(listKey.id);
+        },
+        STAGES ? api : undefined,
+      );
       runs.push(list);
     }
 
     const opRunKey = await newKey();
     if (ONLY === 'all' || ONLY === 'operation') {
       runs.push(
-        await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id)),
+        await measure('API GET /v1/operations/{id}', `${apiUrl}/v1/operations/${op.id}`, auth(opRunKey.token), groups, () => auditedRows(opRunKey.id), STAGES ? api : undefined),
       );
     }
 
