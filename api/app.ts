@@ -163,13 +163,13 @@ async function handle(deps: AppDeps, route: AnyRoute, expressPath: string, req: 
     try {
       principal = await deps.credentials.authenticate(req.headers.authorization);
     } catch (err) {
-      applyRateLimit(deps, res, `ip:${clientIp(req)}`, null, null, isMutation(route.method));
+      await applyRateLimit(deps, res, `ip:${clientIp(req)}`, null, null, isMutation(route.method));
       throw err;
     }
     l.principal = principal;
   }
   if (!route.internal) {
-    applyRateLimit(
+    await applyRateLimit(
       deps,
       res,
       principal ? principal.credentialId : `ip:${clientIp(req)}`,
@@ -232,8 +232,8 @@ function sendJson(res: Response, status: number, body: unknown): void {
   res.end(json);
 }
 
-function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: string | null, tier: string | null, mutation: boolean) {
-  const decision = deps.rateLimiter.hit({ keyId, accountId, tier, mutation });
+async function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: string | null, tier: string | null, mutation: boolean) {
+  const decision = await deps.rateLimiter.hit({ keyId, accountId, tier, mutation });
   res.setHeader('RateLimit-Limit', String(decision.limit));
   res.setHeader('RateLimit-Remaining', String(decision.remaining));
   res.setHeader('RateLimit-Reset', String(decision.resetSeconds));

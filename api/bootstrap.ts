@@ -6,7 +6,7 @@ import { AuditWriter } from '../domain/audit';
 import { CredentialResolver } from '../domain/credentials';
 import { loadKeyring } from '../domain/instance';
 import { OperationService } from '../domain/operations';
-import { RateLimiter } from '../domain/rate-limit';
+import { postgresCounters, RateLimiter } from '../domain/rate-limit';
 import { TemporalGateway } from '../domain/temporal';
 import { createProviders } from '../providers';
 import { createApp } from './app';
@@ -44,6 +44,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
         mutations: { per_key: config.RATE_LIMIT_MUTATIONS_PER_KEY, per_account: config.RATE_LIMIT_MUTATIONS_PER_ACCOUNT },
       },
       config.RATE_LIMIT_WINDOW,
+      postgresCounters(db),
     ),
     operations: new OperationService(db, temporal, {
       cacheTtlMs: config.OPERATION_CACHE_TTL,

@@ -31,6 +31,10 @@ export const configSchema = z
   .object({
     NODE_ENV: z.string().default('development'),
     PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+    /** API processes on this machine (node:cluster, one port): up to one per core. */
+    API_PROCESSES: positiveInt(1),
+    /** Worker processes on this machine: each polls the task queue; the first also runs the background loops. */
+    WORKER_PROCESSES: positiveInt(1),
     HOST: z.string().default('127.0.0.1'),
     DATABASE_URL: z.string().default('postgres://cloud:cloud@127.0.0.1:5432/cloud'),
     DATABASE_POOL_MAX: positiveInt(10),

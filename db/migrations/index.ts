@@ -4,6 +4,7 @@ import * as orders from './20261122000200_orders';
 import * as webhooks from './20261122000300_webhooks';
 import * as vps from './20261122000100_vps';
 import * as kit from './20261123000001_kit';
+import * as rateLimits from './20261124001400_rate_limits';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -15,6 +16,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000300_webhooks', webhooks],
   ['20261122000100_vps', vps],
   ['20261123000001_kit', kit],
+  ['20261124001400_rate_limits', rateLimits],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {
