@@ -4,6 +4,7 @@
  * parent its port over IPC and answers: `flush` (drain the audit queue into PostgreSQL),
  * `profile-start` / `profile-stop` (a V8 CPU profile of the measured window only, written to the
  * given file) and `stop` (close like api/server.ts: stop accepting, drain the audit log, exit).
+ * With BENCH_PROCESSES=N it runs as N processes on one port, as API_PROCESSES does (child-cluster.ts).
  */
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -11,11 +12,14 @@ import type { AddressInfo } from 'node:net';
 import { loadConfig } from '../common/config';
 import { Keyring } from '../common/crypto';
 import { createApi } from '../api/bootstrap';
+import { servesHere } from './child-cluster';
 
 type Message = { type: 'flush'; id: number } | { type: 'stop' } | { type: 'profile-start' } | { type: 'profile-stop'; file: string };
 
 async function main() {
   if (!process.send) throw new Error('bench/api-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
+  // BENCH_PROCESSES > 1: this primary only relays; the API runs in its cluster workers.
+  if (!servesHere()) return;
   const config = loadConfig();
   const experiments = new Set((process.env.BENCH_EXPERIMENTS ?? '').split(',').filter(Boolean));
   if (experiments.has('memo-derive')) {

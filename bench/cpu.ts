@@ -65,3 +65,25 @@ export function cpuDelta(before: Record<string, number>, after: Record<string, n
 export async function pgBackendPids(db: { raw: (sql: string) => Promise<{ rows: Array<{ pid: number }> }> }): Promise<number[]> {
   return (await db.raw('select pid from pg_stat_activity where datname = current_database()')).rows.map((r) => r.pid);
 }
+
+/** A process and all its descendants (a `tsx` launcher, its node, and that node's cluster workers). */
+export function processTree(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // gone
+    }
+  }
+  const out: number[] = [];
+  const walk = (pid: number) => {
+    out.push(pid);
+    for (const c of children.get(pid) ?? []) walk(c);
+  };
+  walk(root);
+  return out;
+}

@@ -1,6 +1,7 @@
 /**
  * Webhook delivery benchmark: `npx tsx bench/webhooks.bench.ts [events=1000] [webhooks=3]
- * [--design=endpoint-workflow|dispatcher-first] [--emit-concurrency=16]` (docs/benchmarks.md).
+ * [--design=endpoint-workflow|dispatcher-first] [--emit-concurrency=16] [--worker-processes=N]`
+ * (docs/benchmarks.md).
  *
  * Starts everything in this process on loopback: a fresh PostgreSQL database (on the server of
  * scripts/ensure-tools.sh), the Temporal dev server from .tools/, the API, the worker with its event
@@ -11,6 +12,10 @@
  * webhook) pair has been received and recorded as delivered. Prints deliveries per second, latency
  * percentiles from event to receipt, CPU per delivery, and each target with pass/fail; exits
  * non-zero when a delivery is lost, unrecorded or badly signed.
+ *
+ * `--worker-processes=N` runs the worker as `npm start` does, in processes of its own
+ * (`workers/main.ts` with WORKER_PROCESSES=N; the dispatcher in the first), instead of in this
+ * process; the API, the receiver and the event writer stay here.
  *
  * `--cpu-prof` writes a V8 profile of this process's main thread from the first event to the last
  * receipt (start-up and bundling left out); summarise it with bench/cpu-profile.ts.
@@ -39,7 +44,8 @@ import { createWebhookActivities } from '../activities/webhooks/activities';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createUser } from '../test/helpers/fixtures';
 import { verifyWebhook } from '../docs/examples/verify-webhook';
-import { childPidsByName, cpuDelta, cpuSnapshot, pgBackendPids } from './cpu';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { childPidsByName, cpuDelta, cpuSnapshot, pgBackendPids, processTree } from './cpu';
 
 const positional = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -47,6 +53,7 @@ const EVENTS = Number(positional[0] ?? 1000);
 const WEBHOOKS = Number(positional[1] ?? 3);
 const DESIGN = arg('design', 'endpoint-workflow');
 const EMIT_CONCURRENCY = Number(arg('emit-concurrency', '16'));
+const WORKER_PROCESSES = Number(arg('worker-processes', '0'));
 const CPU_PROF = process.argv.includes('--cpu-prof');
 const TARGET_PER_SECOND = 500;
 
@@ -127,30 +134,64 @@ async function main() {
   const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
   console.log('bundling workflows and starting the worker...');
-  const { worker, background } = await createWorker({ config, db: database.db, logger, connection: env.nativeConnection, taskQueue });
-  if (DESIGN === 'dispatcher-first') {
-    // The prototype: the dispatcher's hand-off makes the first attempts itself, in its process.
-    const dispatcher = background.findIndex((s) => s instanceof EventDispatcher);
-    const acts = createWebhookActivities({ db: database.db, keyring: api.deps.keyring, config, logger, temporal: api.deps.temporal });
-    background[dispatcher] = new EventDispatcher(
-      { db: database.db, config, logger, temporal: api.deps.temporal },
-      {
-        handOff: async (endpoint, deliveries) => {
-          const results = await acts.attemptWebhookBatch({
-            webhookId: endpoint.webhookId,
-            timeoutMs: config.WEBHOOK_TIMEOUT,
-            concurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
-            send: true,
-            circuitOpenAfter: null,
-            deliveries: deliveries.map((d) => ({ id: d.id, attempt: 1, nextDelayMs: config.WEBHOOK_RETRY_DELAYS[0] })),
-          });
-          if (results.some((r) => r.outcome !== 'delivered')) throw new Error('dispatcher-first prototype: a first attempt failed and it has no retry path');
-        },
+  let workerProcesses: ChildProcess | null = null;
+  let stopInProcessWorker = async () => undefined as void;
+  if (WORKER_PROCESSES > 0) {
+    if (DESIGN !== 'endpoint-workflow') throw new Error('--worker-processes measures the endpoint-workflow design');
+    workerProcesses = spawn(path.join(root, 'node_modules/.bin/tsx'), ['workers/main.ts'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        DATABASE_URL: database.url,
+        DATABASE_POOL_MAX: '20',
+        TEMPORAL_ADDRESS: env.address,
+        TEMPORAL_TASK_QUEUE: taskQueue,
+        TEMPORAL_SEARCH_ATTRIBUTES: '0',
+        WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
+        NODE_ENV: 'test',
+        LOG_LEVEL: 'warn',
+        WORKER_PROCESSES: String(WORKER_PROCESSES),
       },
-    );
-  } else if (DESIGN !== 'endpoint-workflow') throw new Error(`unknown --design=${DESIGN}`);
-  for (const s of background) await s.start();
-  const running = worker.run();
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    // Ready when every process polls the task queue.
+    for (const until = Date.now() + 180_000; ; ) {
+      const { pollers } = await env.client.workflowService.describeTaskQueue({ namespace: 'default', taskQueue: { name: taskQueue }, taskQueueType: 1 });
+      if ((pollers ?? []).length >= WORKER_PROCESSES) break;
+      if (Date.now() > until) throw new Error('the worker processes did not start polling');
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  } else {
+    const { worker, background } = await createWorker({ config, db: database.db, logger, connection: env.nativeConnection, taskQueue });
+    if (DESIGN === 'dispatcher-first') {
+      // The prototype: the dispatcher's hand-off makes the first attempts itself, in its process.
+      const dispatcher = background.findIndex((s) => s instanceof EventDispatcher);
+      const acts = createWebhookActivities({ db: database.db, keyring: api.deps.keyring, config, logger, temporal: api.deps.temporal });
+      background[dispatcher] = new EventDispatcher(
+        { db: database.db, config, logger, temporal: api.deps.temporal },
+        {
+          handOff: async (endpoint, deliveries) => {
+            const results = await acts.attemptWebhookBatch({
+              webhookId: endpoint.webhookId,
+              timeoutMs: config.WEBHOOK_TIMEOUT,
+              concurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
+              send: true,
+              circuitOpenAfter: null,
+              deliveries: deliveries.map((d) => ({ id: d.id, attempt: 1, nextDelayMs: config.WEBHOOK_RETRY_DELAYS[0] })),
+            });
+            if (results.some((r) => r.outcome !== 'delivered')) throw new Error('dispatcher-first prototype: a first attempt failed and it has no retry path');
+          },
+        },
+      );
+    } else if (DESIGN !== 'endpoint-workflow') throw new Error(`unknown --design=${DESIGN}`);
+    for (const s of background) await s.start();
+    const running = worker.run();
+    stopInProcessWorker = async () => {
+      worker.shutdown();
+      await running;
+      for (const s of background) await s.stop();
+    };
+  }
 
   const { accountId } = await createAccount(database.db);
   const { userId } = await createUser(database.db, accountId, { isOwner: true });
@@ -172,7 +213,8 @@ async function main() {
   // our PostgreSQL backends, from the first event to the last receipt.
   const temporalPids = childPidsByName('temporal');
   const pgPids = await pgBackendPids(database.db);
-  const groups = { bench_process: () => [process.pid], temporal_server: () => temporalPids, postgres_ours: () => pgPids };
+  const workerPids = workerProcesses ? processTree(workerProcesses.pid!) : [];
+  const groups = { bench_process: () => [process.pid], worker_processes: () => workerPids, temporal_server: () => temporalPids, postgres_ours: () => pgPids };
   const profiler = CPU_PROF ? new Session() : null;
   if (profiler) {
     profiler.connect();
@@ -253,9 +295,10 @@ async function main() {
   const undispatched = (await database.db('events').whereNull('dispatched_at').count('* as n').first()) as { n: string };
   latencies.sort((a, b) => a - b);
   const perSecond = Math.round(received.size / (receivedMs / 1000));
-  const ourCores = cores.bench_process + cores.temporal_server + cores.postgres_ours;
+  const ourCores = cores.bench_process + cores.worker_processes + cores.temporal_server + cores.postgres_ours;
   const result = {
     design: DESIGN,
+    worker_processes: WORKER_PROCESSES,
     events: EVENTS,
     webhooks: WEBHOOKS,
     expected_deliveries: expected,
@@ -277,6 +320,7 @@ async function main() {
     cores,
     cpu_ms_per_delivery: {
       bench_process: +((cores.bench_process * receivedMs) / expected).toFixed(3),
+      worker_processes: +((cores.worker_processes * receivedMs) / expected).toFixed(3),
       temporal_server: +((cores.temporal_server * receivedMs) / expected).toFixed(3),
       postgres_ours: +((cores.postgres_ours * receivedMs) / expected).toFixed(3),
       total: +((ourCores * receivedMs) / expected).toFixed(3),
@@ -293,9 +337,12 @@ async function main() {
   line('none badly signed', bad === 0, `${bad} bad signatures`);
   console.log(`RESULT_JSON ${JSON.stringify({ ...result, ok, target_met: ok && perSecond >= TARGET_PER_SECOND })}`);
 
-  worker.shutdown();
-  await running;
-  for (const s of background) await s.stop();
+  await stopInProcessWorker();
+  if (workerProcesses) {
+    const exited = new Promise((r) => workerProcesses!.once('exit', r));
+    workerProcesses.kill('SIGTERM');
+    await exited;
+  }
   await new Promise<void>((r) => {
     server.close(() => r());
     server.closeAllConnections();

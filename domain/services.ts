@@ -108,7 +108,8 @@ export function listVisibleServices(
 export async function findVisibleService(db: Knex, principal: Principal, rawId: string, family?: string): Promise<ServiceRow> {
   const id = parseNumericId('svc', rawId);
   if (id === null || !canSeeService(principal, id)) throw notFound('service');
-  const row = await ServiceModel.query(db).findOne({ id, account_id: principal.accountId });
+  // Every action on a service reads this row first: a prepared statement, not the ORM.
+  const [row] = await preparedQuery<ServiceRow>(db, 'services-find-visible', 'select * from services where id = $1 and account_id = $2', [id, principal.accountId]);
   if (!row || (family && row.family !== family)) throw notFound(family ?? 'service');
   return row;
 }
