@@ -149,7 +149,7 @@ async function main() {
         TEMPORAL_SEARCH_ATTRIBUTES: '0',
         WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
         NODE_ENV: 'test',
-        LOG_LEVEL: 'warn',
+        LOG_LEVEL: process.env.BENCH_WORKER_LOG_LEVEL ?? 'warn',
         WORKER_PROCESSES: String(WORKER_PROCESSES),
       },
       stdio: ['ignore', 'inherit', 'inherit'],

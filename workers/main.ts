@@ -47,6 +47,8 @@ async function main() {
   await connection.close();
   await db.destroy();
   logger.info('worker stopped');
+  // A cluster worker's channel to its supervisor would keep it alive: let go of it to exit.
+  if (process.connected) process.disconnect();
 }
 
 main().catch((err) => {
