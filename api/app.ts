@@ -150,20 +150,22 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
     next();
   });
 
-  // JSON only: a body in any other media type is refused before parsing.
+  // JSON only: a body in any other media type is refused before parsing (and a request without one
+  // does not go through the parser at all).
+  const parseJson = express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'], verify: (_req, _res, buf) => checkJsonDepth(buf) });
   app.use((req, res, next) => {
     const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
     if (!hasBody) return next();
     if (!req.is(['application/json', 'application/*+json'])) {
       return next(new ApiError(415, 'invalid_request_error', 'unsupported_media_type', 'Send request bodies as application/json.'));
     }
-    return next();
+    return parseJson(req, res, next);
   });
-  app.use(express.json({ limit: BODY_LIMIT, type: ['application/json', 'application/*+json'], verify: (_req, _res, buf) => checkJsonDepth(buf) }));
 
   for (const route of routes) {
-    app[route.method](toExpressPath(route.path), (req, res, next) => {
-      handle(deps, route, req, res).catch(next);
+    const expressPath = toExpressPath(route.path);
+    app[route.method](expressPath, (req, res, next) => {
+      handle(deps, route, expressPath, req, res).catch(next);
     });
   }
   // Clients of the API served beside it, outside /v1: the reference page, and the MCP endpoint
@@ -204,9 +206,9 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
   return app;
 }
 
-async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Response): Promise<void> {
+async function handle(deps: AppDeps, route: AnyRoute, expressPath: string, req: Request, res: Response): Promise<void> {
   const l = locals(res);
-  l.route = toExpressPath(route.path);
+  l.route = expressPath;
   l.scope = route.scope;
 
   if (route.internal && route.path.startsWith('/_dev') && !isLoopback(clientIp(req))) {
@@ -221,13 +223,13 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
       // For the audit log only, never to authorise: the credential as this process last knew it,
       // when the database cannot say now. The request still fails (503).
       if (isDatabaseUnavailable(err)) l.principal = deps.credentials.lastKnown(req.headers.authorization) ?? undefined;
-      applyRateLimit(deps, res, `ip:${clientIp(req)}`, null, null, isMutation(route.method));
+      await applyRateLimit(deps, res, `ip:${clientIp(req)}`, null, null, isMutation(route.method));
       throw err;
     }
     l.principal = principal;
   }
   if (!route.internal) {
-    applyRateLimit(
+    await applyRateLimit(
       deps,
       res,
       principal ? principal.credentialId : `ip:${clientIp(req)}`,
@@ -277,11 +279,23 @@ async function handle(deps: AppDeps, route: AnyRoute, req: Request, res: Respons
   if (result.body === undefined || status === 204) res.status(status).end();
   else if (route.responses.find((r: ResponseSpec) => r.status === status)?.contentType === 'text/plain')
     res.status(status).type('text/plain; charset=utf-8').send(String(result.body));
-  else res.status(status).json(result.body);
+  else sendJson(res, status, result.body);
 }
 
-function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: string | null, tier: string | null, mutation: boolean) {
-  const decision = deps.rateLimiter.hit({ keyId, accountId, tier, mutation });
+/**
+ * `res.status().json()` without Express's send(): the API turns ETags off and sets no
+ * Last-Modified, so its freshness checks never apply; the same bytes and headers, one write.
+ */
+function sendJson(res: Response, status: number, body: unknown): void {
+  const json = JSON.stringify(body);
+  res.statusCode = status;
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', Buffer.byteLength(json));
+  res.end(json);
+}
+
+async function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: string | null, tier: string | null, mutation: boolean) {
+  const decision = await deps.rateLimiter.hit({ keyId, accountId, tier, mutation });
   res.setHeader('RateLimit-Limit', String(decision.limit));
   res.setHeader('RateLimit-Remaining', String(decision.remaining));
   res.setHeader('RateLimit-Reset', String(decision.resetSeconds));
@@ -364,10 +378,7 @@ async function databaseAnswers(deps: AppDeps): Promise<boolean> {
 }
 
 function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
-  let done = false;
   const record = () => {
-    if (done) return;
-    done = true;
     const l = locals(res);
     const entry = {
       request_id: l.requestId,
@@ -388,6 +399,6 @@ function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
     // The same fields as the audit entry (no bodies, headers or query strings), for operators at debug level.
     deps.logger.debug(entry, 'request');
   };
-  res.once('finish', record);
+  // 'close' follows 'finish' for every response, and also ends one whose connection dropped first.
   res.once('close', record);
 }

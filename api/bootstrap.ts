@@ -7,7 +7,7 @@ import { CredentialResolver } from '../domain/credentials';
 import { loadKeyring } from '../domain/instance';
 import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
-import { RateLimiter } from '../domain/rate-limit';
+import { postgresCounters, RateLimiter } from '../domain/rate-limit';
 import { TemporalGateway } from '../domain/temporal';
 import { createProviders } from '../providers';
 import { localServicePorts, protectLocalPorts } from '../domain/webhooks/targets';
@@ -46,6 +46,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
         mutations: { per_key: config.RATE_LIMIT_MUTATIONS_PER_KEY, per_account: config.RATE_LIMIT_MUTATIONS_PER_ACCOUNT },
       },
       config.RATE_LIMIT_WINDOW,
+      postgresCounters(db),
     ),
     loginThrottle: new LoginThrottle(db, {
       perEmail: config.LOGIN_MAX_ATTEMPTS_PER_EMAIL,

@@ -37,9 +37,20 @@ export interface ListEnvelope<T> {
 export class Cursors {
   constructor(private readonly keyring: Keyring) {}
 
+  /** Recently issued cursors: the same page's next_cursor is asked for again and again (clients polling a list). */
+  private readonly issued = new Map<string, string>();
+
   encode(list: string, key: unknown): string {
+    const memoKey = typeof key === 'number' || typeof key === 'string' ? `${list}\u0000${typeof key}\u0000${key}` : null;
+    const known = memoKey === null ? undefined : this.issued.get(memoKey);
+    if (known !== undefined) return known;
     const payload = Buffer.from(JSON.stringify({ v: API_VERSION, l: list, k: key })).toString('base64url');
-    return `${payload}.${this.sign(payload).toString('base64url')}`;
+    const cursor = `${payload}.${this.sign(payload).toString('base64url')}`;
+    if (memoKey !== null) {
+      if (this.issued.size >= 1_000) this.issued.clear();
+      this.issued.set(memoKey, cursor);
+    }
+    return cursor;
   }
 
   decode(list: string, cursor: string): unknown {
@@ -72,17 +83,35 @@ export async function keysetPage<Row extends object = any>(
   opts: { cursors: Cursors; list: string; column: string; limit: number; cursor?: string; ascending?: boolean; keyOf?: (row: Row) => unknown },
 ): Promise<{ rows: Row[]; hasMore: boolean; nextCursor: string | null }> {
   const keyOf = opts.keyOf ?? ((row: Row) => (row as Record<string, unknown>)[opts.column.split('.').pop()!]);
+  return keysetFetch(
+    (after, take): Promise<Row[]> => {
+      if (after !== undefined) qb.where(opts.column, opts.ascending ? '>' : '<', after);
+      return qb.orderBy(opts.column, opts.ascending ? 'asc' : 'desc').limit(take);
+    },
+    { ...opts, keyOf },
+  );
+}
+
+/**
+ * The same keyset pagination for a list read without the query builder: `fetch` returns up to
+ * `take` rows after the cursor's key (or from the start), in the list's order.
+ */
+export async function keysetFetch<Row>(
+  fetch: (after: number | string | undefined, take: number) => Promise<Row[]>,
+  opts: { cursors: Cursors; list: string; limit: number; cursor?: string; keyOf: (row: Row) => unknown },
+): Promise<{ rows: Row[]; hasMore: boolean; nextCursor: string | null }> {
+  let after: number | string | undefined;
   if (opts.cursor !== undefined) {
-    const after = opts.cursors.decode(opts.list, opts.cursor);
-    if (typeof after !== 'number' && typeof after !== 'string') {
+    const key = opts.cursors.decode(opts.list, opts.cursor);
+    if (typeof key !== 'number' && typeof key !== 'string') {
       throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
     }
-    qb.where(opts.column, opts.ascending ? '>' : '<', after);
+    after = key;
   }
-  const rows: Row[] = await qb.orderBy(opts.column, opts.ascending ? 'asc' : 'desc').limit(opts.limit + 1);
+  const rows = await fetch(after, opts.limit + 1);
   const hasMore = rows.length > opts.limit;
   if (hasMore) rows.length = opts.limit;
-  const nextCursor = hasMore ? opts.cursors.encode(opts.list, keyOf(rows[rows.length - 1])) : null;
+  const nextCursor = hasMore ? opts.cursors.encode(opts.list, opts.keyOf(rows[rows.length - 1])) : null;
   return { rows, hasMore, nextCursor };
 }
 

@@ -1,10 +1,19 @@
 import type { Server } from 'node:http';
 import { loadConfig } from '../common/config';
+import { createLogger } from '../common/logger';
+import { isSupervisor, superviseProcesses } from '../common/processes';
 import { createApi } from './bootstrap';
 
-/** The API process: `tsx api/server.ts`. SIGINT/SIGTERM stop accepting, finish requests, drain the audit log. */
+/**
+ * The API: `tsx api/server.ts`, API_PROCESSES processes on one port (node:cluster). Each process
+ * stops on SIGINT/SIGTERM: stop accepting, finish requests, drain the audit log.
+ */
 async function main() {
   const config = loadConfig();
+  if (isSupervisor(config.API_PROCESSES)) {
+    superviseProcesses(config.API_PROCESSES, 'API', createLogger(config.LOG_LEVEL, 'api'));
+    return;
+  }
   const api = await createApi(config);
   const server: Server = api.app.listen(config.PORT, config.HOST, () => {
     api.deps.logger.info({ url: `http://${config.HOST}:${config.PORT}` }, 'API listening');

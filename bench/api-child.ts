@@ -1,18 +1,25 @@
 /**
  * The API under measurement, in a process of its own (started by bench/api.bench.ts, never alone):
  * the real `createApi` from the environment, listening on an ephemeral loopback port. It tells the
- * parent its port over IPC and answers two messages: `flush` (drain the audit queue into
- * PostgreSQL) and `stop` (close like api/server.ts: stop accepting, drain the audit log, exit).
+ * parent its port over IPC and answers: `flush` (drain the audit queue into PostgreSQL),
+ * `profile-start` / `profile-stop` (a V8 CPU profile of the measured window only, written to the
+ * given file) and `stop` (close like api/server.ts: stop accepting, drain the audit log, exit).
+ * With BENCH_PROCESSES=N it runs as N processes on one port, as API_PROCESSES does (child-cluster.ts).
  */
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import { loadConfig } from '../common/config';
 import { Keyring } from '../common/crypto';
 import { createApi } from '../api/bootstrap';
+import { servesHere } from './child-cluster';
 
-type Message = { type: 'flush'; id: number } | { type: 'stop' };
+type Message = { type: 'flush'; id: number } | { type: 'stop' } | { type: 'profile-start' } | { type: 'profile-stop'; file: string };
 
 async function main() {
   if (!process.send) throw new Error('bench/api-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
+  // BENCH_PROCESSES > 1: this primary only relays; the API runs in its cluster workers.
+  if (!servesHere()) return;
   const config = loadConfig();
   const experiments = new Set((process.env.BENCH_EXPERIMENTS ?? '').split(',').filter(Boolean));
   if (experiments.has('memo-derive')) {
@@ -44,8 +51,20 @@ async function main() {
   });
   server.keepAliveTimeout = 65_000;
 
+  const profiler = new Session();
+  profiler.connect();
   process.on('message', (msg: Message) => {
-    if (msg.type === 'flush') {
+    if (msg.type === 'profile-start') {
+      void profiler
+        .post('Profiler.enable')
+        .then(() => profiler.post('Profiler.start'))
+        .then(() => process.send!({ type: 'profile-started' }));
+    } else if (msg.type === 'profile-stop') {
+      void profiler.post('Profiler.stop').then(({ profile }) => {
+        writeFileSync(msg.file, JSON.stringify(profile));
+        process.send!({ type: 'profile-stopped' });
+      });
+    } else if (msg.type === 'flush') {
       void api.deps.audit.flush().then(() => process.send!({ type: 'flushed', id: msg.id }));
     } else if (msg.type === 'stop') {
       server.close();

@@ -22,6 +22,10 @@ declare module 'autocannon' {
     workers?: number;
     headers?: Record<string, string>;
     timeout?: number;
+    method?: string;
+    body?: string;
+    /** Cycled through by every connection. */
+    requests?: Array<{ method?: string; path?: string; body?: string; headers?: Record<string, string> }>;
   }
   interface Result {
     requests: Histogram & { sent: number };

@@ -6,11 +6,14 @@
  */
 import express from 'express';
 import type { AddressInfo } from 'node:net';
+import { servesHere } from './child-cluster';
 
 type Message = { type: 'bodies'; list: unknown; operation: unknown } | { type: 'stop' };
 
 function main() {
   if (!process.send) throw new Error('bench/bare-express.ts is started by bench/api.bench.ts (it needs an IPC channel)');
+  // BENCH_PROCESSES > 1: this primary only relays; Express runs in its cluster workers.
+  if (!servesHere()) return;
   let list: unknown = null;
   let operation: unknown = null;
   const app = express();

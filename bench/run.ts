@@ -1,10 +1,12 @@
 /**
  * `npm run bench [-- <name> [args...]]`: runs `bench/<name>.bench.ts` with the given arguments, or,
- * without a name, every `bench/*.bench.ts` in turn with its defaults. Benchmarks are measurements,
- * not tests: none of them is part of `npm test`. Results go to docs/benchmarks.md by hand.
+ * without a name, every `bench/*.bench.ts` in turn with its defaults, then prints every target the
+ * benchmarks checked with PASS or FAIL, and the machine's load before and after each. Benchmarks are
+ * measurements, not tests: none of them is part of `npm test`. Results go to docs/benchmarks.md by hand.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 const [name, ...args] = process.argv.slice(2);
@@ -14,13 +16,47 @@ const benches = name
       .filter((f) => f.endsWith('.bench.ts'))
       .sort();
 
-let failed = 0;
-for (const file of benches) {
-  console.log(`\n=== bench/${file} ${args.join(' ')}`);
-  const result = spawnSync(process.execPath, ['--import', 'tsx', path.join(__dirname, file), ...args], {
-    cwd: path.resolve(__dirname, '..'),
-    stdio: 'inherit',
+const load = () =>
+  os
+    .loadavg()
+    .map((n) => n.toFixed(2))
+    .join(' ');
+
+function run(file: string): Promise<{ status: number | null; targets: string[] }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(__dirname, file), ...args], {
+      cwd: path.resolve(__dirname, '..'),
+      stdio: ['inherit', 'pipe', 'inherit'],
+    });
+    const targets: string[] = [];
+    let pending = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      process.stdout.write(chunk);
+      pending += chunk.toString('utf8');
+      const lines = pending.split('\n');
+      pending = lines.pop() ?? '';
+      for (const line of lines) if (/^\s*target .*-> (PASS|FAIL)\s*$/.test(line)) targets.push(line.trim().replace(/^target /, ''));
+    });
+    child.on('close', (status) => resolve({ status, targets }));
   });
-  if (result.status !== 0) failed++;
 }
-process.exit(failed > 0 ? 1 : 0);
+
+async function main() {
+  let failed = 0;
+  const summary: string[] = [];
+  for (const file of benches) {
+    const before = load();
+    console.log(`\n=== bench/${file} ${args.join(' ')} (load ${before})`);
+    const { status, targets } = await run(file);
+    if (status !== 0) failed++;
+    summary.push(`bench/${file}: load ${before} before, ${load()} after${status !== 0 ? `, exited ${status}` : ''}`);
+    for (const t of targets) {
+      summary.push(`  ${t}`);
+      if (t.endsWith('FAIL')) failed++;
+    }
+  }
+  console.log(`\n=== targets\n${summary.join('\n')}`);
+  process.exit(failed > 0 ? 1 : 0);
+}
+
+void main();

@@ -42,6 +42,10 @@ export const configSchema = z
   .object({
     NODE_ENV: z.string().default('development'),
     PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+    /** API processes on this machine (node:cluster, one port): up to one per core. */
+    API_PROCESSES: positiveInt(1),
+    /** Worker processes on this machine: each polls the task queue; the first also runs the background loops. */
+    WORKER_PROCESSES: positiveInt(1),
     HOST: z.string().default('127.0.0.1'),
     DATABASE_URL: z.string().default('postgres://cloud:cloud@127.0.0.1:5432/cloud'),
     DATABASE_POOL_MAX: positiveInt(10),
@@ -97,6 +101,10 @@ export const configSchema = z
     WEBHOOK_MAX_SOCKETS: positiveInt(256),
     /** Concurrent attempts (sockets) per webhook endpoint. */
     WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt(16),
+    /** Failed attempts in a row after which an endpoint's circuit opens (its due attempts fail without being sent). */
+    WEBHOOK_BREAKER_THRESHOLD: positiveInt(20),
+    /** How long the circuit stays open before one attempt is sent as a probe. */
+    WEBHOOK_BREAKER_COOLDOWN: duration('30s'),
     OPERATION_CACHE_TTL: duration('2s'),
     /** How long an asynchronous POST waits for Temporal to take its workflow before answering 503 (and taking its operation back). */
     OPERATION_START_TIMEOUT: duration('5s'),

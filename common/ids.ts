@@ -1,13 +1,60 @@
-import { monotonicFactory } from 'ulid';
+import { randomFillSync } from 'node:crypto';
 
 /**
  * Public ids carry a typed prefix (`svc_12`, `op_01J...`). Clients may send them with or without it.
  * Numeric ids map to bigserial columns; ulid ids are stored with their prefix.
  */
-const nextUlid = monotonicFactory();
+const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+const RANDOM_HALF = 2 ** 40;
+
+/** `digits` Crockford base-32 characters of a non-negative integer below 2^53. */
+function base32(value: number, digits: number): string {
+  let out = '';
+  for (let i = 0; i < digits; i++) {
+    out = CROCKFORD[value % 32] + out;
+    value = Math.floor(value / 32);
+  }
+  return out;
+}
+
+// Random bytes drawn in blocks: one system call per 400 ids, not one per random character.
+const pool = Buffer.alloc(4000);
+let poolAt = pool.length;
+function random40(): number {
+  if (poolAt + 5 > pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  const v = pool[poolAt] * 2 ** 32 + pool.readUInt32BE(poolAt + 1);
+  poolAt += 5;
+  return v;
+}
+
+let lastMs = -1;
+let timePart = '';
+let randomHi = 0;
+let randomLo = 0;
+
+/**
+ * A monotonic ULID (https://github.com/ulid/spec): 48-bit milliseconds and 80 random bits, in
+ * Crockford base 32. Within one millisecond (or if the clock goes back) the random part of the
+ * previous id is incremented, so ids of one process sort in the order they were made.
+ */
+export function ulid(now: number = Date.now()): string {
+  if (now > lastMs) {
+    lastMs = now;
+    timePart = base32(now, 10);
+    randomHi = random40();
+    randomLo = random40();
+  } else if (++randomLo === RANDOM_HALF) {
+    randomLo = 0;
+    if (++randomHi === RANDOM_HALF) throw new Error('ULID random part overflow within one millisecond');
+  }
+  return timePart + base32(randomHi, 8) + base32(randomLo, 8);
+}
 
 export function newUlidId(prefix: string): string {
-  return `${prefix}_${nextUlid()}`;
+  return `${prefix}_${ulid()}`;
 }
 
 export function formatId(prefix: string, n: number | string): string {

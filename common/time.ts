@@ -1,5 +1,9 @@
-/** A timestamp as ISO 8601, or null. */
-export const iso = (d: Date | string | null | undefined): string | null => (d ? new Date(d).toISOString() : null);
+/** A timestamp as ISO 8601, or null. A string already in that form (from isoSql) is returned as it is. */
+export const iso = (d: Date | string | null | undefined): string | null => {
+  if (!d) return null;
+  if (typeof d === 'string' && d.length === 24 && d[10] === 'T' && d[23] === 'Z') return d;
+  return new Date(d).toISOString();
+};
 
 /** A DATE value as `YYYY-MM-DD`. DATE columns come back as local-midnight Dates: format them in local time to keep the day. */
 export function dateOnly(value: Date | string | null): string | null {

@@ -12,6 +12,8 @@ import type { OperationError, OperationInput, OperationState, OperationStatus, O
 import type * as Workflows from '../workflows';
 import { operationStateQuery } from '../workflows/kit/operation';
 import type { OperationModel } from '../db/models';
+import { isoSql, preparedQuery } from '../db/knex';
+import { ReadBatcher } from '../db/read-batcher';
 
 export interface OperationResource {
   object: string;
@@ -34,8 +36,12 @@ export interface OperationView {
 
 type OperationRow = Pick<
   OperationModel,
-  'id' | 'account_id' | 'type' | 'status' | 'progress' | 'resource_object' | 'resource_id' | 'service_id' | 'result' | 'error' | 'created_at' | 'completed_at'
->;
+  'id' | 'account_id' | 'type' | 'status' | 'progress' | 'resource_object' | 'resource_id' | 'service_id' | 'result' | 'error'
+> & {
+  /** Dates from the query builder, ISO strings from the prepared read (isoSql). */
+  created_at: Date | string;
+  completed_at: Date | string | null;
+};
 
 export const TERMINAL: ReadonlySet<string> = new Set(['succeeded', 'failed']);
 
@@ -49,6 +55,11 @@ export class OperationGone extends Error {
     this.name = 'OperationGone';
   }
 }
+
+const FIND_VISIBLE_SQL =
+  'select q.n, o.id, o.account_id, o.type, o.status, o.progress, o.resource_object, o.resource_id, o.service_id, o.result, o.error, ' +
+  `${isoSql('o.created_at')} as created_at, ${isoSql('o.completed_at')} as completed_at ` +
+  'from unnest($1::text[], $2::bigint[]) with ordinality as q(id, account_id, n) join operations o on o.id = q.id and o.account_id = q.account_id';
 
 export function presentOperation(row: OperationRow, live?: OperationState, stale = false): OperationView {
   const state = live ?? row;
@@ -117,6 +128,14 @@ interface CacheEntry {
 export class OperationService {
   private readonly cache = new Map<string, CacheEntry>();
   private readonly pendingStarts = new Set<Promise<void>>();
+
+  private readonly rows = new ReadBatcher<{ id: string; accountId: number }, OperationRow>(async (keys) => {
+    const rows = await preparedQuery<OperationRow & { n: string | number }>(this.db, 'operations-find-visible', FIND_VISIBLE_SQL, [
+      keys.map((k) => k.id),
+      keys.map((k) => k.accountId),
+    ]);
+    return rows.map(({ n, ...row }) => ({ n: Number(n) - 1, row }));
+  });
 
   constructor(
     private readonly db: Knex,
@@ -324,7 +343,8 @@ export class OperationService {
 
   /** Loads a row the principal may see, or throws 404. */
   async findVisible(principal: Principal, id: string): Promise<OperationRow> {
-    const row: OperationRow | undefined = await this.db('operations').where({ id, account_id: principal.accountId }).first();
+    // Every GET /v1/operations/{id} reads this row: one prepared statement for the concurrent ones.
+    const [row] = await this.rows.load({ id, accountId: principal.accountId });
     if (!row || (row.service_id !== null && !canSeeService(principal, row.service_id))) throw notFound('operation');
     return row;
   }

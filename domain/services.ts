@@ -4,7 +4,9 @@ import { conflict, notFound, unsupportedForProduct } from '../api/errors';
 import { dateOnly, iso } from '../common/time';
 import { SERVICE_FAMILIES, type ServiceFamily } from '../common/families';
 import { ServiceModel } from '../db/models';
-import { canSeeService, type Principal } from './principal';
+import { isoSql, preparedQuery } from '../db/knex';
+import { ReadBatcher } from '../db/read-batcher';
+import { canSeeService, visibleServiceIds, type Principal } from './principal';
 import { emitEvent } from './events';
 
 export type ServiceRow = Pick<
@@ -18,7 +20,9 @@ export { SERVICE_FAMILIES } from '../common/families';
 /** The billing contract status (SPEC "Service"). */
 export type ServiceStatus = 'active' | 'pending' | 'suspended' | 'terminated' | 'cancelled' | 'fraud' | 'unknown';
 
-export function presentService(row: ServiceRow) {
+export function presentService(
+  row: Omit<ServiceRow, 'account_id' | 'product' | 'next_due_date' | 'created_at'> & { next_due_date: Date | string | null; created_at: Date | string },
+) {
   return {
     object: 'service' as const,
     id: formatId('svc', row.id),
@@ -34,6 +38,71 @@ export function presentService(row: ServiceRow) {
   };
 }
 
+type ServiceListRow = Pick<ServiceRow, 'id' | 'family' | 'status' | 'name' | 'label' | 'primary_ip' | 'billing_cycle' | 'capabilities'> & {
+  next_due_date: string | null;
+  created_at: string;
+};
+
+interface ListKey {
+  accountId: number;
+  family: string | null;
+  status: string | null;
+  beforeId: number | null;
+  limit: number;
+  /** The service ids the principal is limited to, as an array literal (`{1,2}`); null for all. */
+  visible: string | null;
+}
+
+const LIST_BATCH_SQL =
+  'select q.n, s.id, s.family, s.status, s.name, s.label, s.primary_ip, s.billing_cycle, ' +
+  `to_char(s.next_due_date, 'YYYY-MM-DD') as next_due_date, ${isoSql('s.created_at')} as created_at, s.capabilities ` +
+  'from unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::int[], $6::text[]) with ordinality as q(account_id, family, status, before_id, lim, visible, n) ' +
+  'cross join lateral (select * from services s where s.account_id = q.account_id ' +
+  'and (q.family is null or s.family = q.family) and (q.status is null or s.status = q.status) ' +
+  'and (q.before_id is null or s.id < q.before_id) and (q.visible is null or s.id = any(q.visible::bigint[])) ' +
+  'order by s.id desc limit q.lim) s order by q.n, s.id desc';
+
+const listBatchers = new WeakMap<Knex, ReadBatcher<ListKey, ServiceListRow>>();
+function listBatcher(db: Knex): ReadBatcher<ListKey, ServiceListRow> {
+  let batcher = listBatchers.get(db);
+  if (!batcher) {
+    batcher = new ReadBatcher(async (keys) => {
+      const rows = await preparedQuery<ServiceListRow & { n: string | number }>(db, 'services-list-batch', LIST_BATCH_SQL, [
+        keys.map((k) => k.accountId),
+        keys.map((k) => k.family),
+        keys.map((k) => k.status),
+        keys.map((k) => k.beforeId),
+        keys.map((k) => k.limit),
+        keys.map((k) => k.visible),
+      ]);
+      return rows.map(({ n, ...row }) => ({ n: Number(n) - 1, row }));
+    });
+    listBatchers.set(db, batcher);
+  }
+  return batcher;
+}
+
+/**
+ * A page of the services the principal may see, newest first (`GET /v1/services`): the hottest
+ * read of the API, so it skips the query builder, PostgreSQL formats the dates, and the reads of
+ * concurrent requests go to the database together (db/read-batcher.ts, docs/benchmarks.md).
+ */
+export function listVisibleServices(
+  db: Knex,
+  principal: Principal,
+  filters: { family?: string; status?: string; beforeId?: number; limit: number },
+): Promise<ServiceListRow[]> {
+  const visible = visibleServiceIds(principal);
+  return listBatcher(db).load({
+    accountId: principal.accountId,
+    family: filters.family ?? null,
+    status: filters.status ?? null,
+    beforeId: filters.beforeId ?? null,
+    limit: filters.limit,
+    visible: visible ? `{${visible.join(',')}}` : null,
+  });
+}
+
 /**
  * Loads a service the principal may see, optionally of one family; anything else is 404
  * (convention 8: invisible and missing look the same).
@@ -41,7 +110,11 @@ export function presentService(row: ServiceRow) {
 export async function findVisibleService(db: Knex, principal: Principal, rawId: string, family?: string): Promise<ServiceRow> {
   const id = parseNumericId('svc', rawId);
   if (id === null || !canSeeService(principal, id)) throw notFound('service');
-  const row = await ServiceModel.query(db).findOne({ id, account_id: principal.accountId });
+  // Every action on a service reads this row first: a prepared statement, not the ORM.
+  const [row] = await preparedQuery<ServiceRow>(db, 'services-find-visible', 'select * from services where id = $1 and account_id = $2', [
+    id,
+    principal.accountId,
+  ]);
   if (!row || (family && row.family !== family)) throw notFound(family ?? 'service');
   return row;
 }

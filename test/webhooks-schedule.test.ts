@@ -6,7 +6,8 @@ import { startReceiver, waitFor, type Receiver } from './webhooks.support';
 /**
  * The retry schedule at its production delays (30 s, 2 min, 10 min, 1 h, 6 h; WEBHOOK_TIMEOUT 10 s)
  * under the time-skipping test server: seven and three-quarter hours pass in moments, with real
- * HTTP attempts to a loopback receiver between the timers.
+ * HTTP attempts to a loopback receiver between the timers. The schedule runs in the webhook's
+ * endpoint workflow (`webhook-whk_<n>`), which ends once it holds nothing.
  */
 let stack: Stack;
 let receiver: Receiver;
@@ -22,10 +23,10 @@ afterAll(async () => {
 
 const PRODUCTION_DELAYS = [30_000, 120_000, 600_000, 3_600_000, 21_600_000];
 
-/** When each attempt (a local activity, recorded as a marker) completed, in workflow (skipped) time. */
+/** When each attempt (an attemptWebhookBatch activity) was scheduled, in workflow (skipped) time. */
 function attemptTimes(history: Awaited<ReturnType<ReturnType<NonNullable<Stack['temporal']>['client']['workflow']['getHandle']>['fetchHistory']>>): number[] {
   return (history.events ?? [])
-    .filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity')
+    .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'attemptWebhookBatch')
     .map((e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6));
 }
 
@@ -44,8 +45,8 @@ describe('webhook retry schedule at production delays', () => {
       () => stack.db('webhook_deliveries').select('id'),
       (rows) => rows.length === 1,
     );
-    const handle = stack.temporal!.client.workflow.getHandle(row.id);
-    // The row is written first; the dispatcher starts its workflow a moment later.
+    const handle = stack.temporal!.client.workflow.getHandle(`webhook-${res.body.id}`);
+    // The row is written first; the dispatcher signals (or starts) the endpoint's workflow a moment later.
     await waitFor(
       () =>
         handle.describe().then(
@@ -56,7 +57,7 @@ describe('webhook retry schedule at production delays', () => {
     );
     const before = await stack.temporal!.currentTimeMs();
     // Awaiting the result lets the test server skip time while the workflow sleeps.
-    expect(await handle.result()).toBe('failed');
+    expect(await handle.result()).toEqual({ attempts: 6, delivered: 0, failed: 1, dropped: 0 });
     const elapsed = (await stack.temporal!.currentTimeMs()) - before;
     expect(elapsed).toBeGreaterThanOrEqual(PRODUCTION_DELAYS.reduce((a, b) => a + b, 0) - 60_000);
 
@@ -98,8 +99,8 @@ describe('webhook retry schedule at production delays', () => {
           .select('id'),
       (rows) => rows.length === 1,
     );
-    const handle = stack.temporal!.client.workflow.getHandle(row.id);
-    // The row is written first; the dispatcher starts its workflow a moment later.
+    const handle = stack.temporal!.client.workflow.getHandle(`webhook-${res.body.id}`);
+    // The row is written first; the dispatcher signals (or starts) the endpoint's workflow a moment later.
     await waitFor(
       () =>
         handle.describe().then(
@@ -108,7 +109,7 @@ describe('webhook retry schedule at production delays', () => {
         ),
       (started) => started,
     );
-    expect(await handle.result()).toBe('delivered');
+    expect(await handle.result()).toEqual({ attempts: 5, delivered: 1, failed: 0, dropped: 0 });
     const history = await handle.fetchHistory();
     const timers = (history.events ?? []).filter((e) => e.timerStartedEventAttributes);
     expect(timers.map((e) => Number(e.timerStartedEventAttributes!.startToFireTimeout!.seconds) * 1000)).toEqual(PRODUCTION_DELAYS.slice(0, 4));

@@ -486,7 +486,7 @@ describe('deliveries', () => {
     expect(verifyWebhook(second.body, second.headers['cloud-signature'] as string, rotated.body.secret).ok).toBe(true);
   });
 
-  it('deleting a webhook drops its pending deliveries and ends their workflows', async () => {
+  it('deleting a webhook drops its pending deliveries and ends its delivery workflow', async () => {
     const t = await tenant();
     const r = await receiver();
     r.respond = () => 500;
@@ -495,7 +495,7 @@ describe('deliveries', () => {
     await r.waitFor(1);
     expect((await t.api.delete(`/v1/webhooks/${hook.id}`)).status).toBe(204);
     expect(await stack.db('webhook_deliveries').where({ id: ping.body.id })).toEqual([]);
-    const handle = stack.temporal!.client.workflow.getHandle(ping.body.id);
+    const handle = stack.temporal!.client.workflow.getHandle(`webhook-${hook.id}`);
     const closed = await waitFor(
       () => handle.describe(),
       (d) => d.status.name !== 'RUNNING',

@@ -27,6 +27,8 @@ export interface WorkerInput {
   temporalClient?: Client;
   /** Extra activities (tests add their own beside the real ones). */
   extraActivities?: Record<string, (...args: never[]) => Promise<unknown>>;
+  /** Worker options beyond the defaults (tests: a worker without a workflow cache). */
+  workerOptions?: Partial<Pick<WorkerOptions, 'maxCachedWorkflows'>>;
 }
 
 export interface WorkerBundle {
@@ -67,6 +69,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
     activities,
+    ...input.workerOptions,
     ...(input.workflowBundle ? { workflowBundle: input.workflowBundle } : { workflowsPath: input.workflowsPath ?? require.resolve('../workflows') }),
   });
   return { worker, background: createBackgroundServices(activityDeps) };

@@ -3,6 +3,7 @@
  * built-ins, no I/O, no Date.now()/Math.random() (lint enforces the imports under workflows/).
  */
 export * from './orders/order.workflow';
+export * from './webhooks/webhook-endpoint.workflow';
 export * from './webhooks/webhook-delivery.workflow';
 export * from './vps/vps-power.workflow';
 export * from './vps/vps-reinstall.workflow';

@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
+import { keysetFetch, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
+import { validationFailed } from '../errors';
 import { defineRoute } from '../route';
 import { ServiceSchema, idParam, listOf } from '../schemas';
-import { findVisibleService, presentService, SERVICE_FAMILIES } from '../../domain/services';
-import { whereVisibleService } from '../../domain/principal';
+import { findVisibleService, listVisibleServices, presentService, SERVICE_FAMILIES } from '../../domain/services';
 
 export const serviceRoutes = [
   defineRoute({
@@ -23,17 +23,19 @@ export const serviceRoutes = [
     }),
     responses: [{ status: 200, description: 'A page of services, newest first', schema: listOf(ServiceSchema, 'ServiceList') }],
     async handler({ query, principal, deps }) {
-      const qb = deps.db('services').where('account_id', principal.accountId);
-      whereVisibleService(qb, principal, 'id');
-      if (query.family) qb.where('family', query.family);
-      if (query.status) qb.where('status', query.status);
-      const page = await keysetPage(qb, {
-        cursors: deps.cursors,
-        list: listFingerprint('services', { family: query.family, status: query.status }),
-        column: 'id',
-        limit: query.limit,
-        cursor: query.cursor,
-      });
+      const page = await keysetFetch(
+        (after, take) => {
+          if (after !== undefined && typeof after !== 'number') throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
+          return listVisibleServices(deps.db, principal, { family: query.family, status: query.status, beforeId: after, limit: take });
+        },
+        {
+          cursors: deps.cursors,
+          list: listFingerprint('services', { family: query.family, status: query.status }),
+          limit: query.limit,
+          cursor: query.cursor,
+          keyOf: (row) => row.id,
+        },
+      );
       return { body: listEnvelope(page.rows.map(presentService), page) };
     },
   }),

@@ -9,6 +9,7 @@ import * as lb from './20261123000300_lb';
 import * as dbaas from './20261123000200_dbaas';
 import * as dns from './20261123000100_dns';
 import * as hardening from './20261123000400_hardening';
+import * as rateLimits from './20261124001400_rate_limits';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -25,6 +26,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261123000200_dbaas', dbaas],
   ['20261123000100_dns', dns],
   ['20261123000400_hardening', hardening],
+  ['20261124001400_rate_limits', rateLimits],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

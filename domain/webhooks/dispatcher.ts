@@ -5,7 +5,7 @@ import type { Logger } from '../../common/logger';
 import type { Db } from '../../db/knex';
 import { EVENTS_CHANNEL } from '../events';
 import type { TemporalGateway } from '../temporal';
-import { eventBody, startDeliveryWorkflow } from './webhooks';
+import { deliverToEndpoint, eventBody } from './webhooks';
 
 interface EventRow {
   id: string;
@@ -23,10 +23,17 @@ interface HookRow {
   created_at: Date;
 }
 
+export type HandOff = (endpoint: { webhookId: number; accountId: number }, deliveries: Array<{ id: string }>) => Promise<void>;
+
 export interface DispatcherOptions {
   batchSize?: number;
-  /** Workflow starts in flight at once. */
+  /** Hand-offs (signal-with-starts) in flight at once. */
   startConcurrency?: number;
+  /**
+   * Where a webhook's queued deliveries go: its endpoint workflow. Replaced only by the benchmark's
+   * design comparison (bench/webhooks.bench.ts --design=dispatcher-first).
+   */
+  handOff?: HandOff;
 }
 
 async function forEachLimit<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
@@ -45,12 +52,12 @@ async function forEachLimit<T>(items: T[], limit: number, fn: (item: T) => Promi
  * 1. one delivery row per enabled webhook of the account subscribed to the type or to `*` (a
  *    `webhook.ping` goes to the webhook named in its data only, whatever it subscribes to), inserted
  *    with ON CONFLICT (event_id, webhook_id) DO NOTHING;
- * 2. one delivery workflow per queued delivery of the event (workflow id = delivery id; a run that
- *    is already going counts as started);
- * 3. only then the event is marked dispatched.
+ * 2. the queued deliveries of the batch, per webhook, handed to that endpoint's workflow in one
+ *    signal-with-start (`webhook-whk_<n>`; a delivery it already holds is not taken twice);
+ * 3. only then the events are marked dispatched.
  *
  * A crash between any two steps is repaired by the next sweep without duplicates; two dispatchers
- * racing on one event produce the same rows and workflow ids.
+ * racing on one event produce the same rows, and the endpoint workflow takes each delivery once.
  */
 export class EventDispatcher {
   readonly name = 'webhook-dispatcher';
@@ -62,6 +69,7 @@ export class EventDispatcher {
   private stopped = true;
   private readonly batchSize: number;
   private readonly startConcurrency: number;
+  private readonly handOff: HandOff;
 
   constructor(
     private readonly deps: { db: Db; config: Config; logger: Logger; temporal: TemporalGateway },
@@ -69,6 +77,7 @@ export class EventDispatcher {
   ) {
     this.batchSize = options.batchSize ?? 200;
     this.startConcurrency = options.startConcurrency ?? 32;
+    this.handOff = options.handOff ?? ((endpoint, deliveries) => deliverToEndpoint(deps.temporal, deps.config, endpoint, deliveries));
   }
 
   async start(): Promise<void> {
@@ -145,7 +154,7 @@ export class EventDispatcher {
 
   /** One batch of undispatched events, oldest first. Exposed for tests and the benchmark. */
   async dispatchBatch(): Promise<{ read: number; deliveries: number; complete: boolean }> {
-    const { db, config, logger, temporal } = this.deps;
+    const { db, logger } = this.deps;
     const events: EventRow[] = await db('events')
       .whereNull('dispatched_at')
       .orderBy([{ column: 'created_at' }, { column: 'id' }])
@@ -188,20 +197,32 @@ export class EventDispatcher {
       .whereIn('event_id', eventIds)
       .where('status', 'queued')
       .select('id', 'account_id', 'webhook_id', 'event_id');
+    const byWebhook = new Map<number, typeof queued>();
+    for (const d of queued) {
+      const list = byWebhook.get(d.webhook_id);
+      if (list) list.push(d);
+      else byWebhook.set(d.webhook_id, [d]);
+    }
     const unstarted = new Set<string>();
     let firstError: unknown = null;
-    await forEachLimit(queued, this.startConcurrency, async (delivery) => {
+    await forEachLimit([...byWebhook.values()], this.startConcurrency, async (deliveries) => {
       try {
-        await startDeliveryWorkflow(temporal, config, delivery);
+        await this.handOff(
+          { webhookId: deliveries[0].webhook_id, accountId: deliveries[0].account_id },
+          deliveries.map((d) => ({ id: d.id })),
+        );
       } catch (err) {
         firstError ??= err;
-        unstarted.add(delivery.event_id);
+        for (const d of deliveries) unstarted.add(d.event_id);
       }
     });
     const done = eventIds.filter((id) => !unstarted.has(id));
     if (done.length) await db('events').whereIn('id', done).whereNull('dispatched_at').update({ dispatched_at: db.fn.now() });
     if (unstarted.size) {
-      logger.warn({ err: (firstError as Error)?.message, events: unstarted.size }, 'could not start some delivery workflows; left for the next sweep');
+      logger.warn(
+        { err: (firstError as Error)?.message, events: unstarted.size },
+        'could not hand some deliveries to their endpoint workflow; left for the next sweep',
+      );
     }
     return { read: events.length, deliveries: queued.length, complete: unstarted.size === 0 };
   }

@@ -1,6 +1,4 @@
 import type { Knex } from 'knex';
-import { InternalConnectionLikeSymbol, type Client } from '@temporalio/client';
-import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { Config } from '../../common/config';
 import { randomBase62 } from '../../common/crypto';
 import { formatId, parseNumericId, parseUlidId } from '../../common/ids';
@@ -9,11 +7,15 @@ import { iso } from '../../api/schemas';
 import { EVENT_TYPES } from '../events';
 import { canSeeService, visibleServiceIds, type Principal } from '../principal';
 import type { TemporalGateway } from '../temporal';
+import { webhookDeliveriesSignal, type WebhookEndpointInput } from '../../workflows/webhooks/webhook-endpoint.workflow';
 
 /** Keyring purpose of the sealed webhook secrets (never stored, logged or passed to a workflow in clear). */
 export const WEBHOOK_SECRET_PURPOSE = 'webhook-secret';
 export const MAX_WEBHOOKS_PER_ACCOUNT = 10;
-export const WEBHOOK_DELIVERY_WORKFLOW = 'webhookDeliveryWorkflow';
+/** One workflow per webhook endpoint (`webhook-whk_<n>`): every delivery of that webhook. */
+export const WEBHOOK_ENDPOINT_WORKFLOW = 'webhookEndpointWorkflow';
+/** Deliveries per local activity of the endpoint workflow. */
+export const WEBHOOK_BATCH_SIZE = 100;
 /** Every subscribable value: the event types, and `*` (every type, including future ones). */
 export const SUBSCRIBABLE_EVENTS: readonly string[] = [...EVENT_TYPES, '*'];
 
@@ -136,6 +138,7 @@ export function eventBody(event: { id: string; type: string; created_at: Date | 
   return JSON.stringify({ id: event.id, object: 'event' as const, type: event.type, created_at: new Date(event.created_at).toISOString(), data: event.data });
 }
 
+/** Input of the per-delivery workflow of the previous design (runs in flight hand their delivery over). */
 export interface WebhookDeliveryInput {
   deliveryId: string;
   /** Delay after failed attempt n before attempt n+1 (WEBHOOK_RETRY_DELAYS); attempts = delays + 1. */
@@ -144,76 +147,51 @@ export interface WebhookDeliveryInput {
   timeoutMs: number;
 }
 
-export function deliveryWorkflowInput(config: Config, deliveryId: string): WebhookDeliveryInput {
-  return { deliveryId, retryDelaysMs: config.WEBHOOK_RETRY_DELAYS, timeoutMs: config.WEBHOOK_TIMEOUT };
+/** The endpoint workflow's id: found in the Temporal UI from the delivery record's `webhook`. */
+export function endpointWorkflowId(webhookId: number): string {
+  return `webhook-${formatId('whk', webhookId)}`;
 }
 
-function startOptions(temporal: TemporalGateway, config: Config, delivery: Pick<DeliveryRow, 'id' | 'account_id' | 'webhook_id'>) {
+export function endpointWorkflowInput(config: Config, webhookId: number): WebhookEndpointInput {
   return {
-    workflowId: delivery.id,
-    taskQueue: temporal.taskQueue,
-    args: [deliveryWorkflowInput(config, delivery.id)] as [WebhookDeliveryInput],
-    typedSearchAttributes: temporal.searchAttributes({
-      operationType: 'webhook.delivery',
-      accountId: formatId('cus', delivery.account_id),
-      resourceId: formatId('whk', delivery.webhook_id),
-    }),
-    memo: { webhook: formatId('whk', delivery.webhook_id), account: formatId('cus', delivery.account_id) },
+    webhookId,
+    retryDelaysMs: config.WEBHOOK_RETRY_DELAYS,
+    timeoutMs: config.WEBHOOK_TIMEOUT,
+    batchSize: WEBHOOK_BATCH_SIZE,
+    concurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
+    breaker: { threshold: config.WEBHOOK_BREAKER_THRESHOLD, cooldownMs: config.WEBHOOK_BREAKER_COOLDOWN },
   };
 }
 
 /**
- * Starts the delivery workflow of a queued delivery (workflow id = delivery id). Idempotent: a run
- * that is already going is left alone; a run that failed or was terminated may be started again; a
- * run that completed is never started again by the dispatcher (redeliver starts new runs itself).
+ * Hands deliveries to their endpoint's workflow: signal-with-start, so the workflow is started if it
+ * is not running (it ends whenever it holds nothing) and signalled if it is. A delivery it already
+ * holds is not taken twice; one it is attempting right now is taken again once that attempt ends
+ * (a redelivery racing its own last attempt).
  */
-/**
- * Eager start: when the client shares a NativeConnection with a worker of this process (the worker
- * process's dispatcher), the server hands the first workflow task straight back with the start
- * response, skipping a round of task matching per delivery.
- */
-function supportsEagerStart(client: Client): boolean {
-  const internals = (client.connection as { [InternalConnectionLikeSymbol]?: { supportsEagerStart?: boolean } })[InternalConnectionLikeSymbol];
-  return internals?.supportsEagerStart === true;
-}
-
-export async function startDeliveryWorkflow(
+export async function deliverToEndpoint(
   temporal: TemporalGateway,
   config: Config,
-  delivery: Pick<DeliveryRow, 'id' | 'account_id' | 'webhook_id'>,
-): Promise<'started' | 'already-started'> {
-  try {
-    await temporal.client.workflow.start(WEBHOOK_DELIVERY_WORKFLOW, {
-      ...startOptions(temporal, config, delivery),
-      workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY',
-      requestEagerStart: supportsEagerStart(temporal.client),
-    });
-    return 'started';
-  } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) return 'already-started';
-    throw err;
-  }
-}
-
-/**
- * Redeliver: a new run under the same workflow id. The previous run has recorded its final state
- * (that is why the delivery is delivered or failed), but it may still be closing; wait for it.
- */
-export async function restartDeliveryWorkflow(
-  temporal: TemporalGateway,
-  config: Config,
-  delivery: Pick<DeliveryRow, 'id' | 'account_id' | 'webhook_id'>,
+  endpoint: { webhookId: number; accountId: number },
+  deliveries: Array<{ id: string; attempt?: number }>,
 ): Promise<void> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      await temporal.client.workflow.start(WEBHOOK_DELIVERY_WORKFLOW, {
-        ...startOptions(temporal, config, delivery),
-        workflowIdReusePolicy: 'ALLOW_DUPLICATE',
-      });
-      return;
-    } catch (err) {
-      if (!(err instanceof WorkflowExecutionAlreadyStartedError) || attempt >= 2) throw err;
-      await temporal.withDeadline(3_000, () => temporal.handle(delivery.id).result()).catch(() => undefined);
-    }
-  }
+  const webhook = formatId('whk', endpoint.webhookId);
+  await temporal.client.workflow.signalWithStart(WEBHOOK_ENDPOINT_WORKFLOW, {
+    workflowId: endpointWorkflowId(endpoint.webhookId),
+    taskQueue: temporal.taskQueue,
+    args: [endpointWorkflowInput(config, endpoint.webhookId)],
+    signal: webhookDeliveriesSignal,
+    signalArgs: [{ deliveries }],
+    typedSearchAttributes: temporal.searchAttributes({
+      operationType: 'webhook.delivery',
+      accountId: formatId('cus', endpoint.accountId),
+      resourceId: webhook,
+    }),
+    memo: { webhook, account: formatId('cus', endpoint.accountId) },
+  });
+}
+
+/** Stops the endpoint workflow of a deleted webhook (best effort: a run that misses it finds the rows gone). */
+export async function stopEndpointWorkflow(temporal: TemporalGateway, webhookId: number): Promise<void> {
+  await temporal.withDeadline(2_000, () => temporal.handle(endpointWorkflowId(webhookId)).terminate('webhook deleted')).catch(() => undefined);
 }

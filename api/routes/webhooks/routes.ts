@@ -12,7 +12,8 @@ import {
   presentDelivery,
   presentWebhook,
   presentWebhookWithSecret,
-  restartDeliveryWorkflow,
+  deliverToEndpoint,
+  stopEndpointWorkflow,
   SUBSCRIBABLE_EVENTS,
   WEBHOOK_SECRET_PURPOSE,
   type DeliveryRow,
@@ -181,7 +182,7 @@ export const webhookRoutes = [
     operationId: 'deleteWebhook',
     summary: 'Delete a webhook',
     description:
-      'Deletes the webhook and its deliveries. Pending deliveries are dropped: their workflows are terminated (and would end on their own at their next attempt).',
+      "Deletes the webhook and its deliveries. Pending deliveries are dropped: the webhook's delivery workflow is terminated (and would find them gone at its next attempt anyway).",
     tag: 'Webhooks',
     scope: 'account:write',
     credential: 'credential',
@@ -189,13 +190,12 @@ export const webhookRoutes = [
     params: webhookParams,
     responses: [{ status: 204, description: 'The webhook is gone' }],
     async handler({ params, principal, deps }) {
-      const pending = await deps.db.transaction(async (trx) => {
+      const webhookId = await deps.db.transaction(async (trx) => {
         const row = await findWebhook(trx, principal, params.id, true);
-        const ids: string[] = await trx('webhook_deliveries').where({ webhook_id: row.id, status: 'queued' }).pluck('id');
         await trx('webhooks').where({ id: row.id }).delete();
-        return ids;
+        return row.id;
       });
-      await dropWorkflows(deps, pending);
+      await stopEndpointWorkflow(deps.temporal, webhookId);
       return { status: 204 };
     },
   }),
@@ -338,7 +338,8 @@ export const webhookRoutes = [
         .returning('*')) as DeliveryRow[];
       if (!requeued) throw conflict('This delivery is already queued; it is being attempted.');
       try {
-        await restartDeliveryWorkflow(deps.temporal, deps.config, requeued);
+        // A fresh schedule (attempt 1) in the endpoint's workflow.
+        await deliverToEndpoint(deps.temporal, deps.config, { webhookId: requeued.webhook_id, accountId: requeued.account_id }, [{ id: requeued.id }]);
       } catch (err) {
         deps.logger.error({ err, delivery: requeued.id }, 'could not start the redelivery');
         await deps
@@ -352,9 +353,3 @@ export const webhookRoutes = [
     },
   }),
 ];
-
-/** Terminates the workflows of dropped deliveries; best effort (each ends on its own at its next attempt anyway). */
-async function dropWorkflows(deps: AppDeps, deliveryIds: string[]): Promise<void> {
-  if (deliveryIds.length === 0) return;
-  await Promise.allSettled(deliveryIds.map((id) => deps.temporal.withDeadline(2_000, () => deps.temporal.handle(id).terminate('webhook deleted'))));
-}

@@ -1,0 +1,68 @@
+/**
+ * The raw Temporal client's start rate, for bench/api.bench.ts to set beside the API's async POSTs:
+ * a process of its own (as the API is) with a plain `@temporalio/client` connection, starting the
+ * same workflow (`vpsPowerWorkflow`) with the same options the API's OperationService gives it
+ * (task queue, search attributes, memo), `concurrency` starts in flight, for `seconds`. Answers
+ * `run` with `ran`: starts, errors and latency percentiles.
+ */
+import { Client, Connection } from '@temporalio/client';
+import { loadConfig } from '../common/config';
+import { newUlidId } from '../common/ids';
+import { TemporalGateway } from '../domain/temporal';
+
+type Message = { type: 'run'; seconds: number; concurrency: number; input: Record<string, unknown>; accountId: string; resourceId: string } | { type: 'stop' };
+
+async function main() {
+  if (!process.send) throw new Error('bench/raw-start-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
+  const config = loadConfig();
+  const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
+  const temporal = new TemporalGateway(
+    {
+      address: config.TEMPORAL_ADDRESS,
+      namespace: config.TEMPORAL_NAMESPACE,
+      taskQueue: config.TEMPORAL_TASK_QUEUE,
+      useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
+    },
+    new Client({ connection, namespace: config.TEMPORAL_NAMESPACE }),
+  );
+  process.send({ type: 'ready', port: 0, pid: process.pid });
+  process.on('message', (msg: Message) => {
+    if (msg.type === 'stop') {
+      void connection.close().finally(() => process.exit(0));
+      return;
+    }
+    void (async () => {
+      const latencies: number[] = [];
+      let errors = 0;
+      const until = performance.now() + msg.seconds * 1000;
+      const lane = async () => {
+        while (performance.now() < until) {
+          const id = newUlidId('op');
+          const started = performance.now();
+          try {
+            await temporal.client.workflow.start('vpsPowerWorkflow', {
+              workflowId: id,
+              taskQueue: temporal.taskQueue,
+              args: [{ operationId: id, ...msg.input }],
+              typedSearchAttributes: temporal.searchAttributes({ operationType: 'vps.power', accountId: msg.accountId, resourceId: msg.resourceId }),
+              memo: { operation_type: 'vps.power', account: msg.accountId, resource: `vps ${msg.resourceId}`, credential: 'raw' },
+            });
+            latencies.push(performance.now() - started);
+          } catch {
+            errors++;
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: msg.concurrency }, lane));
+      latencies.sort((a, b) => a - b);
+      const at = (p: number) => Math.round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? 0);
+      process.send!({ type: 'ran', starts: latencies.length, errors, p50: at(50), p99: at(99) });
+    })();
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
