@@ -1,6 +1,7 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { type z } from 'zod';
 import { newUlidId } from '../common/ids';
+import { jsonBytes } from './json-body';
 import { runIdempotent } from '../domain/idempotency';
 import type { Principal } from '../domain/principal';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
@@ -287,11 +288,11 @@ async function handle(deps: AppDeps, route: AnyRoute, expressPath: string, req: 
  * Last-Modified, so its freshness checks never apply; the same bytes and headers, one write.
  */
 function sendJson(res: Response, status: number, body: unknown): void {
-  const json = JSON.stringify(body);
+  const bytes = jsonBytes(body);
   res.statusCode = status;
   res.setHeader('Content-Type', 'application/json; charset=utf-8');
-  res.setHeader('Content-Length', Buffer.byteLength(json));
-  res.end(json);
+  res.setHeader('Content-Length', bytes.length);
+  res.end(bytes);
 }
 
 async function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accountId: string | null, tier: string | null, mutation: boolean) {

@@ -97,7 +97,7 @@ export async function keysetPage<Row extends object = any>(
  * `take` rows after the cursor's key (or from the start), in the list's order.
  */
 export async function keysetFetch<Row>(
-  fetch: (after: number | string | undefined, take: number) => Promise<Row[]>,
+  fetch: (after: number | string | undefined, take: number) => Promise<readonly Row[]>,
   opts: { cursors: Cursors; list: string; limit: number; cursor?: string; keyOf: (row: Row) => unknown },
 ): Promise<{ rows: Row[]; hasMore: boolean; nextCursor: string | null }> {
   let after: number | string | undefined;
@@ -108,9 +108,10 @@ export async function keysetFetch<Row>(
     }
     after = key;
   }
-  const rows = await fetch(after, opts.limit + 1);
-  const hasMore = rows.length > opts.limit;
-  if (hasMore) rows.length = opts.limit;
+  const fetched = await fetch(after, opts.limit + 1);
+  const hasMore = fetched.length > opts.limit;
+  // A copy: what `fetch` returns may be shared with other requests (domain/services.ts).
+  const rows = fetched.slice(0, opts.limit);
   const nextCursor = hasMore ? opts.cursors.encode(opts.list, opts.keyOf(rows[rows.length - 1])) : null;
   return { rows, hasMore, nextCursor };
 }

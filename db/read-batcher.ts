@@ -11,12 +11,21 @@
 export class ReadBatcher<K, R> {
   private queue: Array<{ key: K; resolve: (rows: R[]) => void; reject: (err: unknown) => void }> = [];
   private scheduled = false;
+  private inFlight = 0;
 
   /**
    * `run` answers a batch: for every row, the 0-based position of the key it belongs to. It runs
    * once per turn of the event loop that had loads, after the requests of that turn were parsed.
    */
-  constructor(private readonly run: (keys: K[]) => Promise<Array<{ n: number; row: R }>>) {}
+  constructor(
+    private readonly run: (keys: K[]) => Promise<Array<{ n: number; row: R }>>,
+    /**
+     * Batches of this reader in flight at once. Loads that arrive while they are all out wait for
+     * the first to return and go together in the next batch: under load the batches grow instead of
+     * queueing for pool connections (which the audit writer and the rate limiter need too).
+     */
+    private readonly maxInFlight = 4,
+  ) {}
 
   load(key: K): Promise<R[]> {
     return new Promise((resolve, reject) => {
@@ -30,17 +39,24 @@ export class ReadBatcher<K, R> {
 
   private flush(): void {
     this.scheduled = false;
+    if (this.queue.length === 0 || this.inFlight >= this.maxInFlight) return;
+    this.inFlight++;
     const batch = this.queue;
     this.queue = [];
-    this.run(batch.map((b) => b.key)).then(
-      (rows) => {
-        const results: R[][] = batch.map(() => []);
-        for (const { n, row } of rows) results[n]?.push(row);
-        batch.forEach((b, i) => b.resolve(results[i]));
-      },
-      (err) => {
-        for (const b of batch) b.reject(err);
-      },
-    );
+    this.run(batch.map((b) => b.key))
+      .then(
+        (rows) => {
+          const results: R[][] = batch.map(() => []);
+          for (const { n, row } of rows) results[n]?.push(row);
+          batch.forEach((b, i) => b.resolve(results[i]));
+        },
+        (err) => {
+          for (const b of batch) b.reject(err);
+        },
+      )
+      .finally(() => {
+        this.inFlight--;
+        this.flush();
+      });
   }
 }

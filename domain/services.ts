@@ -51,49 +51,108 @@ interface ListKey {
   limit: number;
   /** The service ids the principal is limited to, as an array literal (`{1,2}`); null for all. */
   visible: string | null;
-}
-
-const LIST_BATCH_SQL =
-  'select q.n, s.id, s.family, s.status, s.name, s.label, s.primary_ip, s.billing_cycle, ' +
-  `to_char(s.next_due_date, 'YYYY-MM-DD') as next_due_date, ${isoSql('s.created_at')} as created_at, s.capabilities ` +
-  'from unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::int[], $6::text[]) with ordinality as q(account_id, family, status, before_id, lim, visible, n) ' +
-  'cross join lateral (select * from services s where s.account_id = q.account_id ' +
-  'and (q.family is null or s.family = q.family) and (q.status is null or s.status = q.status) ' +
-  'and (q.before_id is null or s.id < q.before_id) and (q.visible is null or s.id = any(q.visible::bigint[])) ' +
-  'order by s.id desc limit q.lim) s order by q.n, s.id desc';
-
-const listBatchers = new WeakMap<Knex, ReadBatcher<ListKey, ServiceListRow>>();
-function listBatcher(db: Knex): ReadBatcher<ListKey, ServiceListRow> {
-  let batcher = listBatchers.get(db);
-  if (!batcher) {
-    batcher = new ReadBatcher(async (keys) => {
-      const rows = await preparedQuery<ServiceListRow & { n: string | number }>(db, 'services-list-batch', LIST_BATCH_SQL, [
-        keys.map((k) => k.accountId),
-        keys.map((k) => k.family),
-        keys.map((k) => k.status),
-        keys.map((k) => k.beforeId),
-        keys.map((k) => k.limit),
-        keys.map((k) => k.visible),
-      ]);
-      return rows.map(({ n, ...row }) => ({ n: Number(n) - 1, row }));
-    });
-    listBatchers.set(db, batcher);
-  }
-  return batcher;
+  /** The fingerprint of the page this process holds for the key, if any. */
+  known: string | null;
 }
 
 /**
+ * One statement for the pages of every request of a turn (db/read-batcher.ts). Each page carries a
+ * fingerprint of its rows as PostgreSQL sees them now: their ids and `xmin` (the transaction that
+ * wrote each row's current version, new on every insert and update). When it equals the one this
+ * process already holds for the key, the page comes back as one row of nulls and the held rows are
+ * served; otherwise its rows come back. Any change that alters the page (a row of it updated or
+ * deleted, a row entering it through the filters) alters the fingerprint, so a page is never
+ * served stale, and a page that did not change costs PostgreSQL the same read but the API a
+ * single short row instead of a page to parse.
+ */
+const LIST_BATCH_SQL =
+  'with q as (select * from unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::int[], $6::text[], $7::text[]) ' +
+  'with ordinality as q(account_id, family, status, before_id, lim, visible, known, n)), ' +
+  'page as (select q.n, s.id, s.xmin::text as version from q cross join lateral (select s.id, s.xmin from services s where s.account_id = q.account_id ' +
+  'and (q.family is null or s.family = q.family) and (q.status is null or s.status = q.status) ' +
+  'and (q.before_id is null or s.id < q.before_id) and (q.visible is null or s.id = any(q.visible::bigint[])) ' +
+  'order by s.id desc limit q.lim) s), ' +
+  "fp as (select q.n, q.known, md5(coalesce(string_agg(p.id || ':' || p.version, ',' order by p.id desc), '')) as fingerprint " +
+  'from q left join page p on p.n = q.n group by q.n, q.known), ' +
+  // The rows of the pages that changed (one statement, one snapshot: the versions fingerprinted above).
+  'changed as (select p.n, s.id, s.family, s.status, s.name, s.label, s.primary_ip, s.billing_cycle, ' +
+  `to_char(s.next_due_date, 'YYYY-MM-DD') as next_due_date, ${isoSql('s.created_at')} as created_at, s.capabilities ` +
+  'from fp join page p on p.n = fp.n and fp.fingerprint is distinct from fp.known join services s on s.id = p.id) ' +
+  'select fp.n, fp.fingerprint, c.id, c.family, c.status, c.name, c.label, c.primary_ip, c.billing_cycle, c.next_due_date, c.created_at, c.capabilities ' +
+  'from fp left join changed c on c.n = fp.n order by fp.n, c.id desc';
+
+interface ListedPage {
+  fingerprint: string;
+  /** Shared by every request served from the same fingerprint: read-only. */
+  rows: readonly ServiceListRow[];
+}
+
+/** Pages held per key (principal's visibility and filters), at most this many per process. */
+const HELD_PAGES = 2_000;
+
+class ServicePages {
+  private readonly held = new Map<string, ListedPage>();
+  private readonly batcher: ReadBatcher<ListKey, ListedPage>;
+
+  constructor(db: Knex) {
+    this.batcher = new ReadBatcher(async (keys) => {
+      const rows = await preparedQuery<ServiceListRow & { n: string | number; fingerprint: string; id: number | null }>(
+        db,
+        'services-list-batch',
+        LIST_BATCH_SQL,
+        [
+          keys.map((k) => k.accountId),
+          keys.map((k) => k.family),
+          keys.map((k) => k.status),
+          keys.map((k) => k.beforeId),
+          keys.map((k) => k.limit),
+          keys.map((k) => k.visible),
+          keys.map((k) => k.known),
+        ],
+      );
+      const pages: Array<{ n: number; row: ListedPage }> = [];
+      let current: { n: number; row: ListedPage & { rows: ServiceListRow[] } } | undefined;
+      for (const { n: position, fingerprint, ...row } of rows) {
+        const n = Number(position) - 1;
+        if (current?.n !== n) {
+          current = { n, row: { fingerprint, rows: [] } };
+          pages.push(current);
+        }
+        if (row.id !== null) current.row.rows.push(row as ServiceListRow);
+      }
+      return pages;
+    });
+  }
+
+  async load(key: Omit<ListKey, 'known'>): Promise<readonly ServiceListRow[]> {
+    const id = `${key.accountId}|${key.family}|${key.status}|${key.beforeId}|${key.limit}|${key.visible}`;
+    const held = this.held.get(id);
+    const [page] = await this.batcher.load({ ...key, known: held?.fingerprint ?? null });
+    if (held && page.fingerprint === held.fingerprint) return held.rows;
+    if (this.held.size >= HELD_PAGES) this.held.delete(this.held.keys().next().value!);
+    this.held.set(id, page);
+    return page.rows;
+  }
+}
+
+const servicePages = new WeakMap<Knex, ServicePages>();
+
+/**
  * A page of the services the principal may see, newest first (`GET /v1/services`): the hottest
- * read of the API, so it skips the query builder, PostgreSQL formats the dates, and the reads of
- * concurrent requests go to the database together (db/read-batcher.ts, docs/benchmarks.md).
+ * read of the API, so it skips the query builder, PostgreSQL formats the dates, the reads of
+ * concurrent requests go to the database together, and a page that has not changed since this
+ * process last read it is not sent again (LIST_BATCH_SQL; docs/benchmarks.md). The rows are
+ * shared between requests: read-only.
  */
 export function listVisibleServices(
   db: Knex,
   principal: Principal,
   filters: { family?: string; status?: string; beforeId?: number; limit: number },
-): Promise<ServiceListRow[]> {
+): Promise<readonly ServiceListRow[]> {
+  let pages = servicePages.get(db);
+  if (!pages) servicePages.set(db, (pages = new ServicePages(db)));
   const visible = visibleServiceIds(principal);
-  return listBatcher(db).load({
+  return pages.load({
     accountId: principal.accountId,
     family: filters.family ?? null,
     status: filters.status ?? null,

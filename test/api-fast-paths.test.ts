@@ -89,6 +89,53 @@ describe('GET /v1/services', () => {
     for (const { ids, got } of answers) expect(got).toEqual([...ids].sort((x, y) => y - x));
   });
 
+  it('serves a page held from an earlier read only while nothing on it changed: every change shows in the next answer', async () => {
+    const a = await account([{ family: 'vps' }, { family: 'vps' }, { family: 'vps' }, { family: 'dns' }]);
+    const key = await createApiKey(stack.db, a.accountId, a.userId, { scopes: ['services:read'] });
+    const page = async (query = '') => {
+      const res = await stack.http.get(`/v1/services?limit=2${query}`, { token: key.token });
+      expect(res.status, res.text).toBe(200);
+      return res.body;
+    };
+    const expected = async (family?: string) => {
+      const rows = await stack
+        .db('services')
+        .where({ account_id: a.accountId, ...(family ? { family } : {}) })
+        .orderBy('id', 'desc');
+      return rows.slice(0, 2).map(presentService);
+    };
+    const first = await page();
+    expect(await page()).toEqual(first); // held: the same answer
+    const changes: Array<[string, () => Promise<unknown>]> = [
+      ['a label changes', () => stack.db('services').where({ id: a.ids[3] }).update({ label: 'renamed' })],
+      ['a status changes', () => stack.db('services').where({ id: a.ids[2] }).update({ status: 'suspended' })],
+      ['an update that writes the same values', () => stack.db('services').where({ id: a.ids[3] }).update({ label: 'renamed' })],
+      ['a newer service appears', () => createService(stack.db, a.accountId, { family: 'vps' })],
+      [
+        'the newest service goes',
+        async () =>
+          stack
+            .db('services')
+            .where({ account_id: a.accountId })
+            .orderBy('id', 'desc')
+            .first()
+            .then((r) => stack.db('services').where({ id: r.id }).delete()),
+      ],
+    ];
+    for (const [what, change] of changes) {
+      const before = await page();
+      await change();
+      const after = await page();
+      expect(after.data, what).toEqual(await expected());
+      if (what !== 'an update that writes the same values') expect(after, what).not.toEqual(before);
+    }
+    // A filter's page: a service entering it through the filter shows at once.
+    expect((await page('&family=dns')).data).toEqual(await expected('dns'));
+    await stack.db('services').where({ id: a.ids[0] }).update({ family: 'dns' });
+    expect((await page('&family=dns')).data).toEqual(await expected('dns'));
+    expect((await page('&family=dns')).data.map((s: { id: string }) => s.id)).toContain(`svc_${a.ids[0]}`);
+  });
+
   it('refuses a cursor that does not carry a service id', async () => {
     const res = await stack.http.get('/v1/services?cursor=abc.def', { token: stack.owner.key });
     expect(res.status).toBe(400);
@@ -134,6 +181,32 @@ describe('ReadBatcher', () => {
     expect(calls).toEqual([[2, 0, 3]]);
     const results = await Promise.allSettled([batcher.load(1), batcher.load(-1)]);
     expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+  });
+
+  it('keeps at most maxInFlight batches out; loads made meanwhile go together in the next batch once one returns', async () => {
+    const calls: number[][] = [];
+    const gates: Array<() => void> = [];
+    const batcher = new ReadBatcher<number, number>(async (keys) => {
+      calls.push(keys);
+      await new Promise<void>((resolve) => gates.push(resolve));
+      return keys.map((k, n) => ({ n, row: k }));
+    }, 2);
+    const turn = () => new Promise((resolve) => setImmediate(resolve));
+    const loads = [batcher.load(1)];
+    await turn();
+    loads.push(batcher.load(2));
+    await turn();
+    for (const k of [3, 4, 5]) {
+      loads.push(batcher.load(k));
+      await turn();
+    }
+    expect(calls).toEqual([[1], [2]]); // two out; 3, 4 and 5 wait
+    gates.shift()!();
+    await loads[0];
+    await turn();
+    expect(calls).toEqual([[1], [2], [3, 4, 5]]);
+    while (gates.length) gates.shift()!();
+    expect(await Promise.all(loads)).toEqual([[1], [2], [3], [4], [5]]);
   });
 });
 

@@ -1,9 +1,17 @@
 import { z } from 'zod';
-import { keysetFetch, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
+import { keysetFetch, listEnvelope, listFingerprint, paginationQuery, type ListEnvelope } from '../pagination';
+import { reusableBody } from '../json-body';
 import { validationFailed } from '../errors';
 import { defineRoute } from '../route';
 import { ServiceSchema, idParam, listOf } from '../schemas';
 import { findVisibleService, listVisibleServices, presentService, SERVICE_FAMILIES } from '../../domain/services';
+
+/**
+ * The answer for each held page of rows: domain/services.ts gives every request of an unchanged page
+ * the same rows, and the same rows (under the same key: filters, limit, cursor) make the same
+ * answer, so it is presented and serialised once (api/json-body.ts).
+ */
+const answers = new WeakMap<readonly unknown[], ListEnvelope<ReturnType<typeof presentService>>>();
 
 export const serviceRoutes = [
   defineRoute({
@@ -23,10 +31,13 @@ export const serviceRoutes = [
     }),
     responses: [{ status: 200, description: 'A page of services, newest first', schema: listOf(ServiceSchema, 'ServiceList') }],
     async handler({ query, principal, deps }) {
+      let fetched: readonly unknown[] = [];
       const page = await keysetFetch(
-        (after, take) => {
+        async (after, take) => {
           if (after !== undefined && typeof after !== 'number') throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
-          return listVisibleServices(deps.db, principal, { family: query.family, status: query.status, beforeId: after, limit: take });
+          const rows = await listVisibleServices(deps.db, principal, { family: query.family, status: query.status, beforeId: after, limit: take });
+          fetched = rows;
+          return rows;
         },
         {
           cursors: deps.cursors,
@@ -36,7 +47,9 @@ export const serviceRoutes = [
           keyOf: (row) => row.id,
         },
       );
-      return { body: listEnvelope(page.rows.map(presentService), page) };
+      let body = answers.get(fetched);
+      if (!body) answers.set(fetched, (body = reusableBody(listEnvelope(page.rows.map(presentService), page))));
+      return { body };
     },
   }),
   defineRoute({
