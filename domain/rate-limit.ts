@@ -66,6 +66,8 @@ interface Lease {
   used: number;
   /** The window's budget is spent: nothing more to lease until the next window. */
   spent: boolean;
+  /** The size of the last chunk granted: the next is leased when a quarter of it is left. */
+  chunk: number;
   refilling: Promise<void> | null;
 }
 
@@ -102,6 +104,13 @@ export class RateLimiter {
     }
     const denied = leases.some((lease) => lease.tokens <= 0);
     if (!denied) for (const lease of leases) lease.tokens--;
+    // The next chunk is leased before this one runs out, so that requests seldom wait for PostgreSQL
+    // (a failure here is met again, and answered, by the request that finds no token left).
+    leases.forEach((lease, i) => {
+      if (!lease.spent && !lease.refilling && lease.tokens > 0 && lease.tokens * 4 <= lease.chunk) {
+        this.refill(checks[i][0], checks[i][1], lease).catch(() => undefined);
+      }
+    });
 
     let tightest: RateLimitDecision = { allowed: !denied, limit: Infinity, remaining: Infinity, resetSeconds };
     leases.forEach((lease, i) => {
@@ -117,7 +126,7 @@ export class RateLimiter {
   private leaseOf(name: string, windowStart: number): Lease {
     let lease = this.leases.get(name);
     if (!lease || lease.windowStart !== windowStart) {
-      lease = { windowStart, tokens: 0, used: 0, spent: false, refilling: null };
+      lease = { windowStart, tokens: 0, used: 0, spent: false, chunk: 0, refilling: null };
       this.leases.set(name, lease);
     }
     return lease;
@@ -130,6 +139,7 @@ export class RateLimiter {
         const want = Math.min(100, Math.max(1, Math.floor((limit - lease.used) / 8)));
         const { granted, used } = await this.store.lease(name, lease.windowStart, want, limit);
         lease.tokens += granted;
+        lease.chunk = granted;
         lease.used = used;
         if (granted === 0) lease.spent = true;
       } finally {
