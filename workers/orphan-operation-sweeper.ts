@@ -1,6 +1,7 @@
 import { WorkflowNotFoundError } from '@temporalio/common';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
+import { PeriodicService } from '../common/periodic';
 import { releaseOf } from '../domain/operation-releases';
 import type { OperationService } from '../domain/operations';
 import type { TemporalGateway } from '../domain/temporal';
@@ -16,24 +17,15 @@ import type { BackgroundService } from './background';
  * operation failed (`not_started` / `interrupted`), its claims released, and `operation.completed`.
  * A workflow that still starts after that finds its operation closed and stops before acting.
  */
-export class OrphanOperationSweeper implements BackgroundService {
+export class OrphanOperationSweeper extends PeriodicService implements BackgroundService {
   readonly name = 'orphan-operation-sweeper';
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> = Promise.resolve();
 
-  constructor(private readonly deps: { config: Config; logger: Logger; temporal: TemporalGateway; operations: OperationService }) {}
-
-  async start(): Promise<void> {
-    this.timer = setInterval(() => {
-      this.running = this.running.then(async () => void (await this.sweep()));
-    }, this.deps.config.OPERATION_ORPHAN_SWEEP_INTERVAL);
-    this.timer.unref();
+  constructor(private readonly deps: { config: Config; logger: Logger; temporal: TemporalGateway; operations: OperationService }) {
+    super({ intervalMs: deps.config.OPERATION_ORPHAN_SWEEP_INTERVAL });
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  protected pass() {
+    return this.sweep();
   }
 
   /** One pass; returns the ids it closed. */

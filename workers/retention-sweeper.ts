@@ -1,5 +1,6 @@
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
+import { PeriodicService } from '../common/periodic';
 import type { Db } from '../db/knex';
 import { sweepExpiredIdempotencyKeys } from '../domain/idempotency';
 import { LoginThrottle } from '../domain/login-throttle';
@@ -9,13 +10,12 @@ import type { BackgroundService } from './background';
  * Deletes records whose time is up, every RETENTION_SWEEP_INTERVAL: idempotency keys past their
  * 24 hours and sign-in throttle windows that have ended. Each pass deletes in bounded batches; a failed pass is retried by the next one.
  */
-export class RetentionSweeper implements BackgroundService {
+export class RetentionSweeper extends PeriodicService implements BackgroundService {
   readonly name = 'retention-sweeper';
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> = Promise.resolve();
   private readonly throttle: LoginThrottle;
 
   constructor(private readonly deps: { db: Db; config: Config; logger: Logger }) {
+    super({ intervalMs: deps.config.RETENTION_SWEEP_INTERVAL });
     this.throttle = new LoginThrottle(deps.db, {
       perEmail: deps.config.LOGIN_MAX_ATTEMPTS_PER_EMAIL,
       perIp: deps.config.LOGIN_MAX_ATTEMPTS_PER_IP,
@@ -23,17 +23,8 @@ export class RetentionSweeper implements BackgroundService {
     });
   }
 
-  async start(): Promise<void> {
-    this.timer = setInterval(() => {
-      this.running = this.running.then(async () => void (await this.sweep()));
-    }, this.deps.config.RETENTION_SWEEP_INTERVAL);
-    this.timer.unref();
-  }
-
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  protected pass() {
+    return this.sweep();
   }
 
   async sweep(): Promise<{ idempotencyKeys: number; loginThrottle: number }> {

@@ -1,6 +1,7 @@
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
+import { PeriodicService } from '../common/periodic';
 import type { Db } from '../db/knex';
 import { servicesAwaitingTeardown } from '../domain/services';
 import type { TemporalGateway } from '../domain/temporal';
@@ -12,24 +13,15 @@ import type { BackgroundService } from './background';
  * stand-in at once); the sweep makes the teardown follow whichever way it happened, and survive
  * restarts: a service stays on the list until its teardown marks it done.
  */
-export class TeardownSweeper implements BackgroundService {
+export class TeardownSweeper extends PeriodicService implements BackgroundService {
   readonly name = 'teardown-sweeper';
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> = Promise.resolve();
 
-  constructor(private readonly deps: { db: Db; config: Config; logger: Logger; temporal: TemporalGateway }) {}
-
-  async start(): Promise<void> {
-    this.timer = setInterval(() => {
-      this.running = this.running.then(() => this.sweep());
-    }, this.deps.config.TEARDOWN_SWEEP_INTERVAL);
-    this.timer.unref();
+  constructor(private readonly deps: { db: Db; config: Config; logger: Logger; temporal: TemporalGateway }) {
+    super({ intervalMs: deps.config.TEARDOWN_SWEEP_INTERVAL });
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  protected pass() {
+    return this.sweep();
   }
 
   async sweep(): Promise<void> {

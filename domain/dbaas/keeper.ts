@@ -1,4 +1,5 @@
 import type { Logger } from '../../common/logger';
+import { PeriodicService } from '../../common/periodic';
 import type { DbaasProvider } from '../../providers/dbaas.provider';
 
 /**
@@ -6,25 +7,11 @@ import type { DbaasProvider } from '../../providers/dbaas.provider';
  * restart no server process is left) and then every `intervalMs` (a crashed one comes back). An
  * instance stopped on purpose stays stopped; the instances themselves never depend on the worker.
  */
-export class InstanceKeeper {
+export class InstanceKeeper extends PeriodicService {
   readonly name = 'dbaas-keeper';
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> = Promise.resolve();
 
-  constructor(private readonly deps: { dbaas: DbaasProvider; logger: Logger; intervalMs: number }) {}
-
-  async start(): Promise<void> {
-    this.running = this.pass();
-    this.timer = setInterval(() => {
-      this.running = this.running.then(() => this.pass());
-    }, this.deps.intervalMs);
-    this.timer.unref();
-  }
-
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  constructor(private readonly deps: { dbaas: DbaasProvider; logger: Logger; intervalMs: number }) {
+    super({ intervalMs: deps.intervalMs, atStart: true });
   }
 
   async pass(): Promise<void> {

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
+import { PeriodicService } from '../../common/periodic';
 import type { LbProvider } from '../../providers/lb.provider';
 import { balancersToRun } from './store';
 
@@ -9,25 +10,11 @@ import { balancersToRun } from './store';
  * The provider's `create` is idempotent: a running balancer is only re-adopted through its pidfile,
  * a stopped one is started with its last applied set, a lost one is rebuilt from the stored set.
  */
-export class BalancerKeeper {
+export class BalancerKeeper extends PeriodicService {
   readonly name = 'lb-keeper';
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> = Promise.resolve();
 
-  constructor(private readonly deps: { db: Knex; lb: LbProvider; logger: Logger; intervalMs: number }) {}
-
-  async start(): Promise<void> {
-    this.running = this.pass();
-    this.timer = setInterval(() => {
-      this.running = this.running.then(() => this.pass());
-    }, this.deps.intervalMs);
-    this.timer.unref();
-  }
-
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  constructor(private readonly deps: { db: Knex; lb: LbProvider; logger: Logger; intervalMs: number }) {
+    super({ intervalMs: deps.intervalMs, atStart: true });
   }
 
   async pass(): Promise<void> {

@@ -1,4 +1,5 @@
 import type { Logger } from '../../common/logger';
+import { PeriodicService } from '../../common/periodic';
 import { BackendUnavailableError } from '../errors';
 
 /**
@@ -6,30 +7,19 @@ import { BackendUnavailableError } from '../errors';
  * by itself (immediately, or at the end of the cycle); this loop does it for the simulator, in the
  * worker process, every SIM_BILLING_INTERVAL.
  */
-export class SimulatedBillingClock {
+export class SimulatedBillingClock extends PeriodicService {
   readonly name = 'simulated-billing-clock';
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> = Promise.resolve();
-
   constructor(
     /** Carries out what is due by that day and returns the services it terminated (domain/orders/store.ts). */
     private readonly carryOut: (today: string) => Promise<number[]>,
-    private readonly intervalMs: number,
+    intervalMs: number,
     private readonly logger: Logger,
-  ) {}
-
-  async start(): Promise<void> {
-    this.timer = setInterval(() => {
-      this.running = this.running.then(async () => {
-        await this.tick();
-      });
-    }, this.intervalMs);
+  ) {
+    super({ intervalMs });
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  protected pass() {
+    return this.tick();
   }
 
   /** One pass: terminates the services whose cancellation is due today (UTC) or earlier. */
