@@ -129,7 +129,7 @@ class ServicePages {
     const held = this.held.get(id);
     const [page] = await this.batcher.load({ ...key, known: held?.fingerprint ?? null });
     if (held && page.fingerprint === held.fingerprint) return held.rows;
-    if (this.held.size >= HELD_PAGES) this.held.delete(this.held.keys().next().value!);
+    if (!held && this.held.size >= HELD_PAGES) this.held.delete(this.held.keys().next().value!);
     this.held.set(id, page);
     return page.rows;
   }
