@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, startFaultStack, type FaultStack } from './helpers/fault-stack';
+import { eventually, reinstallUnderway, startFaultStack, type FaultStack } from './helpers/fault-stack';
 import { startReceiver, type Receiver } from './webhooks.support';
 
 /**
@@ -44,17 +44,7 @@ async function timed<T>(call: () => Promise<T>): Promise<{ value: T; ms: number 
 describe('Temporal frozen (SIGSTOP)', () => {
   it('answers 503 within the start deadline, leaves no operation or lock, and a late start does nothing', async () => {
     const vps = await stack.createVps();
-    const reinstalling = await stack.http.post(`/v1/vps/${vps.id}/reinstall`, {
-      token: stack.owner.key,
-      body: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long password for the freeze' },
-    });
-    expect(reinstalling.status, reinstalling.text).toBe(202);
-    await eventually(
-      stack,
-      'the reinstall running',
-      () => stack.db('operations').where({ id: reinstalling.body.id }).first(),
-      (row) => row.progress >= 15,
-    );
+    const reinstalling = await reinstallUnderway(stack, vps, 'a long password for the freeze');
     const other = await stack.createVps();
     const tasksBefore = (await tasksOf(other.vmid)).length;
 
@@ -78,9 +68,9 @@ describe('Temporal frozen (SIGSTOP)', () => {
       expect((await stack.db('vps_servers').where({ service_id: other.serviceId }).first()).reinstall_operation_id).toBeNull();
       expect(await stack.db('vps_reinstall_secrets').where({ service_id: other.serviceId })).toEqual([]);
       // A running operation is still answered, from PostgreSQL, marked stale.
-      const polled = await timed(() => stack.http.get(`/v1/operations/${reinstalling.body.id}`, { token: stack.owner.key }));
+      const polled = await timed(() => stack.http.get(`/v1/operations/${reinstalling}`, { token: stack.owner.key }));
       expect(polled.value.status).toBe(200);
-      expect(polled.value.body).toMatchObject({ id: reinstalling.body.id, stale: true });
+      expect(polled.value.body).toMatchObject({ id: reinstalling, stale: true });
       expect(polled.ms).toBeLessThan(3_000);
     } finally {
       stack.temporal.process.signal('SIGCONT');
@@ -101,7 +91,7 @@ describe('Temporal frozen (SIGSTOP)', () => {
     await eventually(
       stack,
       'the reinstall',
-      () => stack.db('operations').where({ id: reinstalling.body.id }).first(),
+      () => stack.db('operations').where({ id: reinstalling }).first(),
       (row) => row.status === 'succeeded',
       90_000,
     );
@@ -138,18 +128,7 @@ describe('Temporal killed', () => {
 
   it('restarted on its file mid-reinstall: the operation completes once, with one delivery and one hypervisor task', async () => {
     const vps = await stack.createVps();
-    const res = await stack.http.post(`/v1/vps/${vps.id}/reinstall`, {
-      token: stack.owner.key,
-      body: { template: 'local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2', root_password: 'a long password for the restart' },
-    });
-    expect(res.status, res.text).toBe(202);
-    const opId: string = res.body.id;
-    await eventually(
-      stack,
-      'the reinstall task on the hypervisor',
-      () => stack.db('operations').where({ id: opId }).first(),
-      (row) => row.progress >= 15,
-    );
+    const opId = await reinstallUnderway(stack, vps, 'a long password for the restart', 'local:import/ubuntu-24.04-server-cloudimg-amd64.qcow2');
     await stack.temporal.process.kill();
     await new Promise((r) => setTimeout(r, 2_000));
     await stack.temporal.start();

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, startFaultStack, type FaultStack } from './helpers/fault-stack';
+import { eventually, reinstallUnderway, startFaultStack, type FaultStack } from './helpers/fault-stack';
 import { startReceiver, type Receiver } from './webhooks.support';
 
 /**
@@ -49,20 +49,10 @@ async function expectCompletedOnce(opId: string, vmid: number, kind: string) {
 describe('worker SIGKILL', () => {
   it('mid-reinstall: the replacement worker completes it once', async () => {
     const vps = await stack.createVps();
-    const res = await stack.http.post(`/v1/vps/${vps.id}/reinstall`, {
-      token: stack.owner.key,
-      body: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long password for the kill' },
-    });
-    expect(res.status, res.text).toBe(202);
-    await eventually(
-      stack,
-      'the reinstall task',
-      () => stack.db('operations').where({ id: res.body.id }).first(),
-      (row) => row.progress >= 15,
-    );
+    const opId = await reinstallUnderway(stack, vps, 'a long password for the kill');
     await stack.worker.kill();
     await stack.startWorker();
-    await expectCompletedOnce(res.body.id, vps.vmid, 'reinstall');
+    await expectCompletedOnce(opId, vps.vmid, 'reinstall');
   });
 
   it('mid-backup: the replacement worker completes it once', async () => {

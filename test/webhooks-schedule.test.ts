@@ -30,6 +30,23 @@ function attemptTimes(history: Awaited<ReturnType<ReturnType<NonNullable<Stack['
     .map((e) => Number(e.eventTime!.seconds) * 1000 + Math.floor((e.eventTime!.nanos ?? 0) / 1e6));
 }
 
+/**
+ * The endpoint workflow of a webhook, once it exists: the delivery row is written first, and the
+ * dispatcher signals (or starts) the workflow a moment later.
+ */
+async function endpointWorkflow(hookId: string) {
+  const handle = stack.temporal!.client.workflow.getHandle(`webhook-${hookId}`);
+  await waitFor(
+    () =>
+      handle.describe().then(
+        () => true,
+        () => false,
+      ),
+    (started) => started,
+  );
+  return handle;
+}
+
 describe('webhook retry schedule at production delays', () => {
   it('makes 6 attempts 30 s, 2 min, 10 min, 1 h and 6 h apart, then the delivery is failed', async () => {
     expect(stack.config.WEBHOOK_RETRY_DELAYS).toEqual(PRODUCTION_DELAYS);
@@ -45,16 +62,7 @@ describe('webhook retry schedule at production delays', () => {
       () => stack.db('webhook_deliveries').select('id'),
       (rows) => rows.length === 1,
     );
-    const handle = stack.temporal!.client.workflow.getHandle(`webhook-${res.body.id}`);
-    // The row is written first; the dispatcher signals (or starts) the endpoint's workflow a moment later.
-    await waitFor(
-      () =>
-        handle.describe().then(
-          () => true,
-          () => false,
-        ),
-      (started) => started,
-    );
+    const handle = await endpointWorkflow(res.body.id);
     const before = await stack.temporal!.currentTimeMs();
     // Awaiting the result lets the test server skip time while the workflow sleeps.
     expect(await handle.result()).toEqual({ attempts: 6, delivered: 0, failed: 1, dropped: 0 });
@@ -99,16 +107,7 @@ describe('webhook retry schedule at production delays', () => {
           .select('id'),
       (rows) => rows.length === 1,
     );
-    const handle = stack.temporal!.client.workflow.getHandle(`webhook-${res.body.id}`);
-    // The row is written first; the dispatcher signals (or starts) the endpoint's workflow a moment later.
-    await waitFor(
-      () =>
-        handle.describe().then(
-          () => true,
-          () => false,
-        ),
-      (started) => started,
-    );
+    const handle = await endpointWorkflow(res.body.id);
     expect(await handle.result()).toEqual({ attempts: 5, delivered: 1, failed: 0, dropped: 0 });
     const history = await handle.fetchHistory();
     const timers = (history.events ?? []).filter((e) => e.timerStartedEventAttributes);

@@ -152,3 +152,24 @@ export async function eventually<T>(stack: FaultStack, what: string, read: () =>
     await new Promise((r) => setTimeout(r, 200));
   }
 }
+
+/**
+ * Starts a reinstall of `vps` and waits until the hypervisor has its task (progress 15): an operation
+ * under way for a fault to hit. Returns the operation's id.
+ */
+export async function reinstallUnderway(
+  stack: FaultStack,
+  vps: { id: string },
+  rootPassword: string,
+  template = 'local:import/debian-12-genericcloud-amd64.qcow2',
+): Promise<string> {
+  const res = await stack.http.post(`/v1/vps/${vps.id}/reinstall`, { token: stack.owner.key, body: { template, root_password: rootPassword } });
+  if (res.status !== 202) throw new Error(`reinstall: ${res.status} ${res.text}`);
+  await eventually(
+    stack,
+    'the reinstall task on the hypervisor',
+    () => stack.db('operations').where({ id: res.body.id }).first(),
+    (row) => row.progress >= 15,
+  );
+  return res.body.id;
+}
