@@ -1,26 +1,19 @@
-import type { Knex } from 'knex';
-import type { OperationResource, OperationType, OperationView, OperationWorkflow, WorkflowInput } from '../domain/operations';
+import type { OperationResource, OperationView, OperationWorkflow, StartOperationInput } from '../domain/operations';
 import type { Principal } from '../domain/principal';
 import type { AppDeps } from './deps';
 
 /**
  * The one way a route starts an operation (SPEC convention 5): the operation row and the workflow
  * (same id) are created, and the route answers `202` with `Location` and the operation. The
- * workflow is named by its function in workflows/index.ts, which types its input.
+ * workflow is named by its function in workflows/index.ts, which types its input. The fields are
+ * those of OperationService.start (guards, hook, ...), with the resource and service required.
  */
-export interface OperationStart<W extends OperationWorkflow> {
-  type: OperationType;
-  workflow: W;
-  input: WorkflowInput<W>;
+export type OperationStart<W extends OperationWorkflow> = Omit<StartOperationInput<W>, 'principal' | 'resource' | 'serviceId'> & {
   /** The resource the operation runs on (`{object: 'vps', id: 'svc_1'}`). */
   resource: OperationResource;
   /** The service it belongs to: visibility of the operation follows the service's. */
   serviceId: number | null;
-  /** `running` for actions that start at once; `pending` (default) when the workflow decides. */
-  initialStatus?: 'pending' | 'running';
-  /** Runs in the transaction that creates the operation row (claim a lock, store a sealed secret). */
-  inTransaction?: (trx: Knex.Transaction, operationId: string) => Promise<void>;
-}
+};
 
 export interface Accepted {
   status: 202;

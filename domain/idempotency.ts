@@ -70,6 +70,11 @@ export interface IdempotencyClaim {
 
 const claims = new AsyncLocalStorage<IdempotencyClaim>();
 
+/** Whether the request being handled holds an Idempotency-Key (its operation must be bound to it). */
+export function idempotencyClaimed(): boolean {
+  return claims.getStore() !== undefined;
+}
+
 /**
  * Inside an operation's transaction: binds the operation to the Idempotency-Key of the request that
  * creates it, so that a retry after a crash answers with this operation instead of starting another.

@@ -5,14 +5,15 @@ import { ApiError, backendUnavailable, notFound } from '../api/errors';
 import type { TemporalGateway } from './temporal';
 import { canSeeService, type Principal } from './principal';
 import { emitEvent } from './events';
-import { lockActionable } from './services';
-import { bindOperationToIdempotencyKey } from './idempotency';
+import { serviceGuard } from './services';
+import { bindOperationToIdempotencyKey, idempotencyClaimed } from './idempotency';
 import type { Logger } from '../common/logger';
 import type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../workflows/kit/operation';
 import type * as Workflows from '../workflows';
 import { operationStateQuery } from '../workflows/kit/operation';
 import type { OperationModel } from '../db/models';
 import { isoSql, preparedQuery } from '../db/knex';
+import { createHash } from 'node:crypto';
 import { ReadBatcher } from '../db/read-batcher';
 
 export interface OperationResource {
@@ -101,18 +102,89 @@ export type OperationWorkflow = {
 /** A workflow's input without `operationId` (the operation service adds it). */
 export type WorkflowInput<W extends OperationWorkflow> = Omit<Parameters<WorkflowModule[W]>[0], 'operationId'>;
 
+/** The rows an operation's guards locked, by guard name (`null` where there was none). */
+export type LockedRows = Record<string, Record<string, unknown> | null>;
+
 export interface StartOperationInput<W extends OperationWorkflow = OperationWorkflow> {
   principal: Principal;
   type: OperationType;
   /** The workflow function (by its name in workflows/index.ts); its input type follows. */
   workflow: W;
-  /** Workflow input beyond `operationId` (never secrets in clear: see docs/architecture.md). */
-  input: WorkflowInput<W>;
+  /**
+   * Workflow input beyond `operationId` (never secrets in clear: see docs/architecture.md), or a
+   * function of the rows the guards locked, for a start that reads nothing before its statement.
+   */
+  input: WorkflowInput<W> | ((locked: LockedRows) => WorkflowInput<W>);
   resource?: OperationResource | null;
   serviceId?: number | null;
+  /**
+   * With `serviceId`, for a start that has not read the service: the service guard also checks
+   * that the service is the principal's account's, of this family (404 otherwise), and that this
+   * capability is true (400), before its billing status (409), as findVisibleService and
+   * requireCapability would have.
+   */
+  serviceChecks?: { family: string; capability: string; /** What the request does, for the 409's message (`a power action`). */ action: string };
   initialStatus?: 'pending' | 'running';
+  /**
+   * Rows whose state must still allow the operation when its row is written: locked and checked in
+   * the same statement (e.g. the VPS is not being reinstalled). The service's row (`service`) is
+   * always the first of them when `serviceId` is set.
+   */
+  guards?: OperationGuard[];
   /** Runs inside the transaction that creates the operation row (e.g. to flag a VPS as reinstalling). */
   inTransaction?: (trx: Knex.Transaction, operationId: string) => Promise<void>;
+}
+
+/**
+ * A row locked with the insert of an operation's row, in the same statement, whose state decides
+ * whether the operation may start. `allows` (SQL over `columns`) and `refuse` (the request's error)
+ * state one rule twice, side by side where the rule lives: the statement inserts only when every
+ * guard allows, and `refuse` runs on the locked row of the first guard that did not.
+ * Table, columns and SQL are code, never input: values go in as parameters (the key's, and those
+ * `allows` asks for with `param`).
+ */
+export interface OperationGuard {
+  /** Names the locked row for `input` (`service` is the service guard's). */
+  name: string;
+  table: string;
+  key: { column: string; value: number | string };
+  lock: 'share' | 'update';
+  columns: string[];
+  allows: string | ((param: (value: unknown) => string) => string);
+  whenMissing: 'allows' | 'refuses';
+  /** Throws the refusal for the locked row (`null` when there is none). */
+  refuse(row: Record<string, unknown> | null): void;
+}
+
+const INSERTED_COLUMNS =
+  'id, account_id, type, status, progress, resource_object, resource_id, service_id, result, error, ' +
+  `${isoSql('created_at')} as created_at, null::text as completed_at`;
+
+/** `$1`..`$9` of the start statement: the operation row's values. */
+const ROW_PARAMETERS = 9;
+
+/**
+ * The one statement that writes an operation's row: its guards' rows are locked (in their order)
+ * and the row is inserted only when all of them allow it. Every guard's row comes back for the
+ * refusal and the input, and the inserted row as JSON (null when refused). Its text depends only on
+ * the guards' shapes, so it is prepared once per connection like the hot reads.
+ */
+function startStatement(guards: OperationGuard[]): { name: string; text: string; values: unknown[] } {
+  const values: unknown[] = [];
+  const param = (value: unknown) => `$${ROW_PARAMETERS + values.push(value)}`;
+  const ctes = guards.map((g, i) => `g${i} as (select ${g.columns.join(', ')} from ${g.table} where ${g.key.column} = ${param(g.key.value)} for ${g.lock})`);
+  const allowed =
+    guards
+      .map((g, i) => `coalesce((select ${typeof g.allows === 'string' ? g.allows : g.allows(param)} from g${i}), ${g.whenMissing === 'allows'})`)
+      .join(' and ') || 'true';
+  ctes.push(
+    'ins as (insert into operations (id, account_id, type, status, progress, resource_object, resource_id, service_id, credential_id) ' +
+      `select $1::text, $2::bigint, $3::text, $4::text, $5::int, $6::text, $7::text, $8::bigint, $9::text where ${allowed} returning ${INSERTED_COLUMNS})`,
+  );
+  const text =
+    `with ${ctes.join(', ')} select ` +
+    [...guards.map((_, i) => `(select row_to_json(g${i}) from g${i}) as g${i}`), '(select row_to_json(ins) from ins) as op'].join(', ');
+  return { name: `operations-start-${createHash('md5').update(text).digest('hex').slice(0, 12)}`, text, values };
 }
 
 interface CacheEntry {
@@ -145,28 +217,56 @@ export class OperationService {
 
   async start<W extends OperationWorkflow>(input: StartOperationInput<W>): Promise<OperationView> {
     const id = newUlidId('op');
-    const status = input.initialStatus ?? 'pending';
-    const row = await this.db.transaction(async (trx) => {
-      const [inserted] = await trx('operations')
-        .insert({
-          id,
-          account_id: input.principal.accountId,
-          type: input.type,
-          status,
-          progress: null,
-          resource_object: input.resource?.object ?? null,
-          resource_id: input.resource?.id ?? null,
-          service_id: input.serviceId ?? null,
-          credential_id: input.principal.credentialId,
-        })
-        .returning('*');
-      if (input.serviceId) await lockActionable(trx, input.serviceId, `a ${input.type} operation`);
-      await bindOperationToIdempotencyKey(trx, id);
-      if (input.inTransaction) await input.inTransaction(trx, id);
-      return inserted as OperationRow;
-    });
+    const guards = [
+      ...(input.serviceId
+        ? [
+            serviceGuard(
+              input.serviceId,
+              input.serviceChecks?.action ?? `a ${input.type} operation`,
+              input.serviceChecks && { accountId: input.principal.accountId, ...input.serviceChecks },
+            ),
+          ]
+        : []),
+      ...(input.guards ?? []),
+    ];
+    const statement = startStatement(guards);
+    const values = [
+      id,
+      input.principal.accountId,
+      input.type,
+      input.initialStatus ?? 'pending',
+      null,
+      input.resource?.object ?? null,
+      input.resource?.id ?? null,
+      input.serviceId ?? null,
+      input.principal.credentialId,
+      ...statement.values,
+    ];
+    let args = input.input as WorkflowInput<W>;
+    const insert = async (conn?: Knex.Transaction): Promise<OperationRow> => {
+      const [result] = await preparedQuery<Record<string, unknown>>(conn ?? this.db, statement.name, statement.text, values);
+      const rows = guards.map((_, i) => (result[`g${i}`] as Record<string, unknown> | null) ?? null);
+      if (!result.op) {
+        guards.forEach((g, i) => g.refuse(rows[i]));
+        throw new Error(`operation ${id} was refused by its guards, and none said why`);
+      }
+      // (A function that throws here leaves an orphan row at worst, which the orphan sweeper closes.)
+      if (typeof input.input === 'function') args = input.input(Object.fromEntries(guards.map((g, i) => [g.name, rows[i]])));
+      return result.op as OperationRow;
+    };
+    // Without a hook or an Idempotency-Key to bind, the row is one statement on its own; otherwise
+    // the same statement opens the transaction that the binding and the hook share.
+    const row =
+      !input.inTransaction && !idempotencyClaimed()
+        ? await insert()
+        : await this.db.transaction(async (trx) => {
+            const inserted = await insert(trx);
+            await bindOperationToIdempotencyKey(trx, id);
+            if (input.inTransaction) await input.inTransaction(trx, id);
+            return inserted;
+          });
     try {
-      await this.startWorkflow(id, input);
+      await this.startWorkflow(id, input, args);
     } catch (err) {
       // Temporal did not take the workflow within the deadline (frozen, down, slow). Whether or not
       // the start still reaches it later, nothing may run: the row is taken back (with what the
@@ -187,13 +287,13 @@ export class OperationService {
    * Starts the operation's workflow within OPERATION_START_TIMEOUT: the gRPC deadline bounds the
    * call and its retries, and a timer bounds a connection that never completes its handshake.
    */
-  private async startWorkflow<W extends OperationWorkflow>(id: string, input: StartOperationInput<W>): Promise<void> {
+  private async startWorkflow<W extends OperationWorkflow>(id: string, input: StartOperationInput<W>, args: WorkflowInput<W>): Promise<void> {
     const ms = this.opts.startTimeoutMs;
     const start = this.temporal.withDeadline(ms, () =>
       this.temporal.client.workflow.start(input.workflow, {
         workflowId: id,
         taskQueue: this.temporal.taskQueue,
-        args: [{ operationId: id, ...(input.input as object) }],
+        args: [{ operationId: id, ...(args as object) }],
         typedSearchAttributes: this.temporal.searchAttributes({
           operationType: input.type,
           accountId: formatId('cus', input.principal.accountId),

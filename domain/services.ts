@@ -8,6 +8,7 @@ import { isoSql, preparedQuery } from '../db/knex';
 import { ReadBatcher } from '../db/read-batcher';
 import { canSeeService, visibleServiceIds, type Principal } from './principal';
 import { emitEvent } from './events';
+import type { OperationGuard } from './operations';
 
 export type ServiceRow = Pick<
   ServiceModel,
@@ -166,14 +167,34 @@ export function listVisibleServices(
  * Loads a service the principal may see, optionally of one family; anything else is 404
  * (convention 8: invisible and missing look the same).
  */
-export async function findVisibleService(db: Knex, principal: Principal, rawId: string, family?: string): Promise<ServiceRow> {
+/** The numeric id of a service the principal's permissions let it see (404 otherwise); its row is not read. */
+export function visibleServiceId(principal: Principal, rawId: string): number {
   const id = parseNumericId('svc', rawId);
   if (id === null || !canSeeService(principal, id)) throw notFound('service');
+  return id;
+}
+
+/**
+ * The statement behind findVisibleService: `$1` the service id, `$2` the account. A family may read
+ * its own record with the service row in the same round trip (a join; see findVisibleVps).
+ */
+export interface ServiceRead {
+  name: string;
+  text: string;
+}
+
+const SERVICE_READ: ServiceRead = { name: 'services-find-visible', text: 'select * from services where id = $1 and account_id = $2' };
+
+export async function findVisibleService<R extends ServiceRow = ServiceRow>(
+  db: Knex,
+  principal: Principal,
+  rawId: string,
+  family?: string,
+  read: ServiceRead = SERVICE_READ,
+): Promise<R> {
+  const id = visibleServiceId(principal, rawId);
   // Every action on a service reads this row first: a prepared statement, not the ORM.
-  const [row] = await preparedQuery<ServiceRow>(db, 'services-find-visible', 'select * from services where id = $1 and account_id = $2', [
-    id,
-    principal.accountId,
-  ]);
+  const [row] = await preparedQuery<R>(db, read.name, read.text, [id, principal.accountId]);
   if (!row || (family && row.family !== family)) throw notFound(family ?? 'service');
   return row;
 }
@@ -210,12 +231,39 @@ export function requireActionable(service: Pick<ServiceRow, 'status'>, action: s
 }
 
 /**
- * Inside an operation's transaction: the service's status again, under a share lock, so that an
- * action cannot start on a service billing suspended or terminated after the request checked it.
+ * The service's row, locked (share) and checked in the statement that writes an operation's row:
+ * an action cannot start on a service billing suspended or terminated after the request checked
+ * it (`allows` is requireActionable in SQL). With `checks`, for a start that read nothing before,
+ * it is also findVisibleService and requireCapability, refused in the same order: another account's
+ * or another family's service (or none) is 404, a false capability 400, then the status 409.
  */
-export async function lockActionable(trx: Knex.Transaction, serviceId: number, action: string): Promise<void> {
-  const row = await trx('services').where({ id: serviceId }).forShare().first('status');
-  if (row) requireActionable(row, action);
+export function serviceGuard(serviceId: number, action: string, checks?: { accountId: number; family: string; capability: string }): OperationGuard {
+  const actionable = `status not in (${Object.keys(REFUSED_IN)
+    .map((s) => `'${s}'`)
+    .join(', ')})`;
+  const visible = (row: Record<string, unknown> | null): row is Record<string, unknown> =>
+    !!row && !!checks && Number(row.account_id) === checks.accountId && row.family === checks.family;
+  return {
+    name: 'service',
+    table: 'services',
+    key: { column: 'id', value: serviceId },
+    lock: 'share',
+    columns: checks ? ['id', 'account_id', 'family', 'status', 'capabilities'] : ['status'],
+    allows: checks
+      ? (param) =>
+          `account_id = ${param(checks.accountId)} and family = ${param(checks.family)} and ` +
+          `coalesce(capabilities -> ${param(checks.capability)} = 'true'::jsonb, false) and ${actionable}`
+      : actionable,
+    // Without checks, a service deleted meanwhile refuses nothing here: the operation's own reads find it gone.
+    whenMissing: checks ? 'refuses' : 'allows',
+    refuse(row) {
+      if (checks) {
+        if (!visible(row)) throw notFound(checks.family);
+        requireCapability(row as Pick<ServiceRow, 'capabilities'>, checks.capability);
+      }
+      if (row) requireActionable(row as Pick<ServiceRow, 'status'>, action);
+    },
+  };
 }
 
 const STATUS_EVENTS = { active: 'service.active', suspended: 'service.suspended', terminated: 'service.terminated' } as const;

@@ -7,6 +7,7 @@ import { SEARCH_ATTRIBUTES } from '../domain/temporal';
 import { newUlidId } from '../common/ids';
 import { OrphanOperationSweeper } from '../workers/orphan-operation-sweeper';
 import { createVps } from './vps.support';
+import { machineGuard } from '../domain/vps/store';
 
 /**
  * The operation mechanism end to end, proved with a test-only workflow: row + workflow with the same
@@ -216,6 +217,66 @@ describe('operations through Temporal', () => {
     const power = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' } });
     expect(power.status, power.text).toBe(202);
     await stack.temporal!.client.workflow.getHandle(live.id).signal(advanceSignal, { finish: 'succeed' });
+  });
+
+  it('checks its guards in the statement that writes its row: refused, waiting on a concurrent claim, and inside a transaction', async () => {
+    const vps = await createVps(stack);
+    const power = (extra: Partial<Parameters<typeof stack.api.deps.operations.start>[0]> = {}) =>
+      stack.api.deps.operations.start({
+        principal,
+        type: 'vps.power',
+        workflow: 'vpsPowerWorkflow',
+        input: { serviceId: vps.serviceId, vmid: vps.vmid, action: 'start' },
+        resource: { object: 'vps', id: vps.id },
+        serviceId: vps.serviceId,
+        initialStatus: 'running',
+        guards: [machineGuard(vps.serviceId, 'a power action')],
+        ...extra,
+      });
+    const rowsOf = async () => (await stack.db('operations').where({ service_id: vps.serviceId, type: 'vps.power' })).length;
+
+    // A reinstall claims the VPS in a transaction the power action has to wait for: the statement
+    // waits on the row lock, then sees the committed flag and refuses.
+    const reinstall = newUlidId('op');
+    await stack
+      .db('operations')
+      .insert({ id: reinstall, account_id: stack.owner.accountId, type: 'vps.reinstall', status: 'running', service_id: vps.serviceId });
+    const claim = await stack.db.transaction();
+    await claim('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: reinstall });
+    let settled = false;
+    const waiting = power().then(
+      () => ((settled = true), null),
+      (err: unknown) => ((settled = true), err),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    expect(settled).toBe(false);
+    await claim.commit();
+    expect(await waiting).toMatchObject({
+      status: 409,
+      message: expect.stringContaining(`A reinstall of this VPS is running (operation ${reinstall}); a power action is refused`),
+    });
+    expect(await rowsOf()).toBe(0);
+
+    // The same guard inside the transaction a hook opens.
+    let hookRan = false;
+    await expect(power({ inTransaction: async () => void (hookRan = true) })).rejects.toMatchObject({ status: 409 });
+    expect(hookRan).toBe(false);
+    expect(await rowsOf()).toBe(0);
+
+    // A claim rolled back lets the waiting action through.
+    await stack.db('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: null });
+    const again = await stack.db.transaction();
+    await again('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: reinstall });
+    const through = power();
+    await new Promise((r) => setTimeout(r, 200));
+    await again.rollback();
+    expect(await through).toMatchObject({ type: 'vps.power', status: 'running', resource: { object: 'vps', id: vps.id } });
+    expect(await rowsOf()).toBe(1);
+
+    // No machine record: refused, like a machine still being provisioned.
+    await stack.db('vps_servers').where({ service_id: vps.serviceId }).delete();
+    await expect(power()).rejects.toMatchObject({ status: 409, message: expect.stringContaining('no machine on the hypervisor yet') });
+    expect(await rowsOf()).toBe(1);
   });
 
   it('a workflow whose operation is gone, or was closed, stops before acting', async () => {

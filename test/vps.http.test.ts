@@ -153,6 +153,7 @@ describe('GET /v1/vps/{id}', () => {
         ['GET', `/v1/vps/${id}`, undefined],
         ['GET', `/v1/vps/${id}/config`, undefined],
         ['POST', `/v1/vps/${id}/power`, { action: 'stop' }],
+        ['POST', `/v1/vps/${id}/backups`, {}],
         ['POST', `/v1/vps/${id}/console`, {}],
         ['GET', `/v1/vps/${id}/backups`, undefined],
       ] as const) {
@@ -161,8 +162,9 @@ describe('GET /v1/vps/{id}', () => {
         expect(res.body.error.code).toBe('not_found');
       }
     }
-    // Nothing was done to the other account's machine.
+    // Nothing was done to the other account's machine, and no operation was written for it.
     expect((await simulator(stack).status(other.vmid)).state).toBe('running');
+    expect(await stack.db('operations').whereIn('resource_id', [other.id, dns.id])).toHaveLength(0);
   });
 });
 
@@ -382,9 +384,15 @@ describe('scopes and capabilities', () => {
     const get = await stack.http.get(`/v1/vps/${svc.id}`, { token });
     expect(get.status).toBe(200);
     expect(get.body).toMatchObject({ type: null, vmid: null, state: null });
-    const power = await stack.http.post(`/v1/vps/${svc.id}/power`, { token, body: { action: 'start' } });
-    expect(power.status).toBe(409);
-    expect(power.body.error.code).toBe('conflict');
+    for (const [path, body] of [
+      ['power', { action: 'start' }],
+      ['backups', {}],
+    ] as const) {
+      const res = await stack.http.post(`/v1/vps/${svc.id}/${path}`, { token, body });
+      expect(res.status, path).toBe(409);
+      expect(res.body.error).toMatchObject({ code: 'conflict', message: expect.stringContaining('no machine on the hypervisor yet') });
+    }
+    expect(await stack.db('operations').where({ resource_id: svc.id })).toHaveLength(0);
 
     const built = await stack.http.post(`/_dev/vps/${svc.id}/machine`, { body: { type: 'lxc' } });
     expect(built.status, built.text).toBe(200);

@@ -2,7 +2,8 @@ import type { Knex } from 'knex';
 import { conflict } from '../../api/errors';
 import type { HypervisorProvider, MachineType } from '../../providers/hypervisor.provider';
 import { whereVisibleService, type Principal } from '../principal';
-import { findVisibleService, type ServiceRow } from '../services';
+import type { OperationGuard } from '../operations';
+import { findVisibleService, type ServiceRead, type ServiceRow } from '../services';
 
 /**
  * The VPS family's control-plane records, and the only SQL on its tables: which hypervisor machine
@@ -26,16 +27,32 @@ export interface VpsTarget {
 
 /** A VPS the principal may see (404 otherwise, also for services of another family). */
 export async function findVisibleVps(db: Knex, principal: Principal, rawId: string): Promise<VpsTarget> {
-  const service = await findVisibleService(db, principal, rawId, 'vps');
-  return { service, server: await findServer(db, service.id) };
+  return splitVpsRow(await findVisibleService<ServiceRow & Record<string, unknown>>(db, principal, rawId, 'vps', VPS_READ));
 }
+
+/** The machine record's columns beside a service row (splitVpsRow takes them apart). */
+const MACHINE_COLUMNS = [
+  'vps_servers.vmid as vps_vmid',
+  'vps_servers.node as vps_node',
+  'vps_servers.type as vps_type',
+  'vps_servers.hostname as vps_hostname',
+  'vps_servers.reinstall_operation_id as vps_reinstall_operation_id',
+];
+
+/** One VPS and its machine record in one round trip (findVisibleService's statement with the join). */
+const VPS_READ: ServiceRead = {
+  name: 'vps-find-visible',
+  text:
+    `select services.*, ${MACHINE_COLUMNS.join(', ')} from services left join vps_servers on vps_servers.service_id = services.id ` +
+    'where services.id = $1 and services.account_id = $2',
+};
 
 export async function findServer(db: Knex | Knex.Transaction, serviceId: number): Promise<VpsServerRow | null> {
   return (await db('vps_servers').where({ service_id: serviceId }).first()) ?? null;
 }
 
 /** The machine behind a VPS, or 409 when there is none yet. */
-export function requireMachine(target: VpsTarget): VpsServerRow {
+export function requireMachine(target: Pick<VpsTarget, 'server'>): VpsServerRow {
   if (!target.server) throw conflict('This VPS has no machine on the hypervisor yet; try again once it is provisioned.');
   return target.server;
 }
@@ -45,14 +62,7 @@ export function visibleVpsQuery(db: Knex, principal: Principal): Knex.QueryBuild
   const qb = db('services')
     .leftJoin('vps_servers', 'vps_servers.service_id', 'services.id')
     .where({ 'services.account_id': principal.accountId, 'services.family': 'vps' })
-    .select(
-      'services.*',
-      'vps_servers.vmid as vps_vmid',
-      'vps_servers.node as vps_node',
-      'vps_servers.type as vps_type',
-      'vps_servers.hostname as vps_hostname',
-      'vps_servers.reinstall_operation_id as vps_reinstall_operation_id',
-    );
+    .select('services.*', ...MACHINE_COLUMNS);
   whereVisibleService(qb, principal, 'services.id');
   return qb;
 }
@@ -84,11 +94,27 @@ export function refuseWhileReinstalling(server: Pick<VpsServerRow, 'reinstall_op
   }
 }
 
-/** Inside an operation's transaction: lock the VPS row and refuse if a reinstall started meanwhile. */
-export async function lockNotReinstalling(trx: Knex.Transaction, serviceId: number, what: string): Promise<void> {
-  const row: VpsServerRow | undefined = await trx('vps_servers').where({ service_id: serviceId }).forUpdate().first();
-  if (!row) throw conflict('This VPS has no machine on the hypervisor yet.');
-  refuseWhileReinstalling(row, what);
+/**
+ * The machine record of a VPS, locked (share) and checked in the statement that writes a power,
+ * backup or restore operation's row: refused if there is no machine (yet, or any more) or a
+ * reinstall started meanwhile. A reinstall's claim (an update) waits for the statement, or the
+ * statement for the claim's commit; actions on the same VPS do not wait for each other. The locked
+ * row (`vps`: service_id, vmid) gives the workflow its input.
+ */
+export function machineGuard(serviceId: number, what: string): OperationGuard {
+  return {
+    name: 'vps',
+    table: 'vps_servers',
+    key: { column: 'service_id', value: serviceId },
+    lock: 'share',
+    columns: ['service_id', 'vmid', 'reinstall_operation_id'],
+    allows: 'reinstall_operation_id is null',
+    whenMissing: 'refuses',
+    refuse(row) {
+      const server = requireMachine({ server: row as VpsServerRow | null });
+      refuseWhileReinstalling(server, what);
+    },
+  };
 }
 
 /**

@@ -1,11 +1,12 @@
 import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
-import { requireActionable, requireCapability } from '../../../domain/services';
+import { requireActionable, requireCapability, visibleServiceId } from '../../../domain/services';
+import type { WorkflowInput } from '../../../domain/operations';
 import {
   claimReinstall,
   findVisibleVps,
-  lockNotReinstalling,
+  machineGuard,
   recordHostname,
   recordMachinePlacement,
   refuseWhileReinstalling,
@@ -88,20 +89,29 @@ async function actionTarget(deps: AppDeps, principal: Principal, id: string, cap
   return action;
 }
 
-/** Starts a power, backup or restore operation; the reinstall lock is checked again in its transaction. */
+/**
+ * Starts a power, backup or restore operation in one statement, without reading the VPS first: the
+ * checks of actionTarget are the guards of the statement that writes the operation's row, refused
+ * in the same order (404, 400 for the capability, 409 for billing, no machine, a reinstall), and the
+ * workflow's input comes from the machine row it locked.
+ */
 function startVpsAction<W extends 'vpsPowerWorkflow' | 'vpsBackupWorkflow' | 'vpsRestoreWorkflow'>(
   deps: AppDeps,
   principal: Principal,
-  { target, server }: { target: VpsTarget; server: VpsServerRow },
-  what: string,
-  start: Pick<OperationStart<W>, 'type' | 'workflow' | 'input'>,
+  rawId: string,
+  { capability, what }: { capability: string; what: string },
+  start: Pick<OperationStart<W>, 'type' | 'workflow'> & { input: (server: Pick<VpsServerRow, 'service_id' | 'vmid'>) => WorkflowInput<W> },
 ) {
+  const serviceId = visibleServiceId(principal, rawId);
   return startOperation(deps, principal, {
-    ...start,
-    resource: resourceOf(target),
-    serviceId: server.service_id,
+    type: start.type,
+    workflow: start.workflow,
+    input: (locked) => start.input(locked.vps as Pick<VpsServerRow, 'service_id' | 'vmid'>),
+    resource: { object: 'vps', id: formatId('svc', serviceId) },
+    serviceId,
+    serviceChecks: { family: 'vps', capability, action: what },
     initialStatus: 'running',
-    inTransaction: (trx) => lockNotReinstalling(trx, server.service_id, what),
+    guards: [machineGuard(serviceId, what)],
   });
 }
 
@@ -334,12 +344,17 @@ export const vpsRoutes = [
     exampleBody: { action: 'reboot' },
     responses: [{ status: 202, description: 'The `vps.power` operation', schema: OperationSchema }],
     async handler({ params, body, principal, deps }) {
-      const action = await actionTarget(deps, principal, params.id, 'power', 'a power action');
-      return startVpsAction(deps, principal, action, 'a power action', {
-        type: 'vps.power',
-        workflow: 'vpsPowerWorkflow',
-        input: { serviceId: action.server.service_id, vmid: action.server.vmid, action: body.action },
-      });
+      return startVpsAction(
+        deps,
+        principal,
+        params.id,
+        { capability: 'power', what: 'a power action' },
+        {
+          type: 'vps.power',
+          workflow: 'vpsPowerWorkflow',
+          input: (server) => ({ serviceId: server.service_id, vmid: server.vmid, action: body.action }),
+        },
+      );
     },
   }),
   defineRoute({
@@ -414,12 +429,17 @@ export const vpsRoutes = [
     exampleBody: { mode: 'snapshot' },
     responses: [{ status: 202, description: 'The `vps.backup` operation', schema: OperationSchema }],
     async handler({ params, body, principal, deps }) {
-      const action = await actionTarget(deps, principal, params.id, 'backups', 'a backup');
-      return startVpsAction(deps, principal, action, 'a backup', {
-        type: 'vps.backup',
-        workflow: 'vpsBackupWorkflow',
-        input: { serviceId: action.server.service_id, vmid: action.server.vmid, mode: body.mode as 'snapshot' | 'suspend' | 'stop' },
-      });
+      return startVpsAction(
+        deps,
+        principal,
+        params.id,
+        { capability: 'backups', what: 'a backup' },
+        {
+          type: 'vps.backup',
+          workflow: 'vpsBackupWorkflow',
+          input: (server) => ({ serviceId: server.service_id, vmid: server.vmid, mode: body.mode as 'snapshot' | 'suspend' | 'stop' }),
+        },
+      );
     },
   }),
   defineRoute({
@@ -455,13 +475,20 @@ export const vpsRoutes = [
     params: backupParams,
     responses: [{ status: 202, description: 'The `vps.restore` operation', schema: OperationSchema }],
     async handler({ params, principal, deps }) {
-      const action = await actionTarget(deps, principal, params.id, 'restore', 'a restore');
-      const backup = await findOwnBackup(deps, action.server, params.backup_id);
-      return startVpsAction(deps, principal, action, 'a restore', {
-        type: 'vps.restore',
-        workflow: 'vpsRestoreWorkflow',
-        input: { serviceId: action.server.service_id, vmid: action.server.vmid, backupId: backup.volid },
-      });
+      // The backup is looked up on the machine first (404 if it is another VPS's), so this one reads.
+      const { server } = await actionTarget(deps, principal, params.id, 'restore', 'a restore');
+      const backup = await findOwnBackup(deps, server, params.backup_id);
+      return startVpsAction(
+        deps,
+        principal,
+        params.id,
+        { capability: 'restore', what: 'a restore' },
+        {
+          type: 'vps.restore',
+          workflow: 'vpsRestoreWorkflow',
+          input: (locked) => ({ serviceId: locked.service_id, vmid: locked.vmid, backupId: backup.volid }),
+        },
+      );
     },
   }),
 ];
