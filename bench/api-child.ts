@@ -46,6 +46,26 @@ async function main() {
           .finally(() => clearTimeout(timer));
       });
   }
+  if (experiments.has('no-start')) {
+    // Experiment: the async POST without its workflow start, to weigh what the API and PostgreSQL
+    // add to a start on their own (the answer is still a 202 with the operation).
+    (api.deps.temporal.client.workflow as { start: unknown }).start = async () => ({});
+  }
+  if (experiments.has('slow-start')) {
+    // Experiment: a workflow start that takes 300 ms and no CPU, to weigh the API at the POST's rate
+    // without the Temporal server's load on the machine.
+    (api.deps.temporal.client.workflow as { start: unknown }).start = () => new Promise((r) => setTimeout(() => r({}), 300));
+  }
+  if (experiments.has('row-cache')) {
+    // Experiment: the operation row held in the process (no invalidation: an upper bound only).
+    const findVisible = api.deps.operations.findVisible.bind(api.deps.operations);
+    const held = new Map<string, Awaited<ReturnType<typeof findVisible>>>();
+    api.deps.operations.findVisible = async (principal, id) => {
+      const row = held.get(id) ?? (await findVisible(principal, id));
+      held.set(id, row);
+      return row;
+    };
+  }
   const server = api.app.listen(0, '127.0.0.1', () => {
     process.send!({ type: 'ready', port: (server.address() as AddressInfo).port, pid: process.pid });
   });
