@@ -80,13 +80,15 @@ function checkJsonDepth(buf: Buffer): void {
  * The dotted path of the first string (or object key) in a request part that holds U+0000, which
  * PostgreSQL cannot store in text or jsonb: refused here as `validation_failed` instead of failing in SQL.
  */
-function nulPath(value: unknown, path: string[] = []): string[] | null {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+/** The path to the first NUL in a parsed value (keys included), or null; the path is built only when there is one. */
+function nulPath(value: unknown): string[] | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? [] : null;
   if (value === null || typeof value !== 'object') return null;
-  for (const [key, item] of Object.entries(value)) {
-    if (key.includes('\u0000')) return [...path, key];
-    const found = nulPath(item, [...path, key]);
-    if (found) return found;
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    if (key.includes('\u0000')) return [key];
+    const found = nulPath((value as Record<string, unknown>)[key]);
+    if (found) return [key, ...found];
   }
   return null;
 }
@@ -109,6 +111,8 @@ function parsePart<T extends z.ZodType | undefined>(schema: T, value: unknown, p
  * `/V1/...` or `//v1/...` probe, which runs no handler, is still on record.
  */
 export function isAuditedPath(path: string): boolean {
+  // Every request of the API itself: decoding and normalising cannot take this prefix away.
+  if (path.startsWith('/v1/')) return true;
   let decoded = path;
   try {
     decoded = decodeURIComponent(path);

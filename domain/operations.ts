@@ -60,7 +60,8 @@ export class OperationGone extends Error {
 const FIND_VISIBLE_SQL =
   'select q.n, o.id, o.account_id, o.type, o.status, o.progress, o.resource_object, o.resource_id, o.service_id, o.result, o.error, ' +
   `${isoSql('o.created_at')} as created_at, ${isoSql('o.completed_at')} as completed_at ` +
-  'from unnest($1::text[], $2::bigint[]) with ordinality as q(id, account_id, n) join operations o on o.id = q.id and o.account_id = q.account_id';
+  "from unnest(string_to_array($1, ','), string_to_array($2, ',')::bigint[]) with ordinality as q(id, account_id, n) " +
+  'join operations o on o.id = q.id and o.account_id = q.account_id';
 
 export function presentOperation(row: OperationRow, live?: OperationState, stale = false): OperationView {
   const state = live ?? row;
@@ -202,9 +203,11 @@ export class OperationService {
   private readonly pendingStarts = new Set<Promise<void>>();
 
   private readonly rows = new ReadBatcher<{ id: string; accountId: number }, OperationRow>(async (keys) => {
+    // The keys as comma-separated text, not arrays: the driver escapes every element of an array
+    // parameter, and these need none (`op_` and a ULID; account numbers).
     const rows = await preparedQuery<OperationRow & { n: string | number }>(this.db, 'operations-find-visible', FIND_VISIBLE_SQL, [
-      keys.map((k) => k.id),
-      keys.map((k) => k.accountId),
+      keys.map((k) => k.id).join(','),
+      keys.map((k) => k.accountId).join(','),
     ]);
     return rows.map(({ n, ...row }) => ({ n: Number(n) - 1, row }));
   });
