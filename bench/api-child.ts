@@ -12,6 +12,8 @@ import type { AddressInfo } from 'node:net';
 import { loadConfig } from '../common/config';
 import { Keyring } from '../common/crypto';
 import { createApi } from '../api/bootstrap';
+import { Client } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
 import { servesHere } from './child-cluster';
 
 type Message = { type: 'flush'; id: number } | { type: 'stop' } | { type: 'profile-start' } | { type: 'profile-stop'; file: string };
@@ -45,6 +47,13 @@ async function main() {
           .then(resolve, reject)
           .finally(() => clearTimeout(timer));
       });
+  }
+  if (experiments.has('native-client')) {
+    // Experiment: the API's Temporal client on the SDK's native (Rust) connection instead of grpc-js.
+    const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
+    const gateway = api.deps.temporal as unknown as { clientInstance: Client; connection: unknown };
+    gateway.connection = connection;
+    gateway.clientInstance = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
   }
   if (experiments.has('no-start')) {
     // Experiment: the async POST without its workflow start, to weigh what the API and PostgreSQL

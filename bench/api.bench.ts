@@ -1,11 +1,13 @@
 /**
  * API request-path benchmark: `npx tsx bench/api.bench.ts [--duration=10] [--warmup=3]
- * [--connections=64] [--rounds=1] [--processes=1] [--stages] [--cpu-prof]
+ * [--connections=64] [--rounds=3] [--processes=1] [--stages] [--cpu-prof]
  * [--only=services|operation|post] [--experiment=a,b]`
  * (docs/benchmarks.md, "API request path"). `--cpu-prof` writes a V8 profile of the API process
  * (summarise it with bench/cpu-profile.ts); `--only` skips the other API run, for a profile of one
- * route; `--experiment` patches the API process to measure a candidate fix (bench/api-child.ts:
- * `memo-derive`, `no-als`); the default run measures the code as it is.
+ * route; `--experiment` patches the API process to measure a candidate fix or to weigh a part
+ * (bench/api-child.ts: `memo-derive`, `no-als`, `no-start`, `slow-start`, `row-cache`,
+ * `native-client`); the default run measures the code as it is. Each target's verdict is that of the median round (the POST's:
+ * the starts of all rounds together); every round's figures are printed too.
  *
  * In one run on loopback, with autocannon in this process:
  *  1. bare Express 5 (bench/bare-express.ts, its own process) answering the same 20-service page the
@@ -55,7 +57,7 @@ const arg = (name: string, fallback: string) =>
 const DURATION = Number(arg('duration', '10'));
 const WARMUP = Number(arg('warmup', '3'));
 const CONNECTIONS = Number(arg('connections', '64'));
-const ROUNDS = Number(arg('rounds', '1'));
+const ROUNDS = Number(arg('rounds', '3'));
 const CPU_PROF = arg('cpu-prof', 'false') === 'true';
 /** Profile the API process during each measured API run only and print its CPU per request by stage. */
 const STAGES = arg('stages', 'false') === 'true';
@@ -482,24 +484,42 @@ async function main() {
   const bareCpu = bareRuns.reduce((s, r) => s + r.serverCpuMs, 0) / bareRuns.length;
   const pct = (x: number) => `${Math.round(x * 100)} %`;
   const verdict = (pass: boolean) => (pass ? 'PASS' : 'FAIL');
-  for (const r of services) {
+  // One round is one verdict per target. With several, each round's figures are shown and the
+  // verdict is the median's (the POST's: all rounds' starts together), so that one noisy 10-second
+  // window on a shared 2-core machine decides nothing alone.
+  const several = ROUNDS > 1;
+  const label = (i: number) => (several ? `round ${i + 1}:` : 'target');
+  const mid = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+  const listOk = (ratio: number, p99: number) => ratio >= 0.4 && p99 < 25;
+  services.forEach((r, i) =>
     console.log(
-      `  target services list >= 40 % of bare Express and p99 < 25 ms: ${pct(r.rps / baseline)}, p99 ${r.p99} ms (CPU-per-request ratio ${pct(bareCpu / r.serverCpuMs)}) -> ${verdict(r.rps / baseline >= 0.4 && r.p99 < 25)}`,
+      `  ${label(i)} services list >= 40 % of bare Express and p99 < 25 ms: ${pct(r.rps / baseline)}, p99 ${r.p99} ms (CPU-per-request ratio ${pct(bareCpu / r.serverCpuMs)}) -> ${verdict(listOk(r.rps / baseline, r.p99))}`,
+    ),
+  );
+  if (several && services.length > 0) {
+    const ratio = mid(services.map((r) => r.rps / baseline));
+    const p99 = mid(services.map((r) => r.p99));
+    console.log(
+      `  target services list >= 40 % of bare Express and p99 < 25 ms, median of ${services.length} rounds: ${pct(ratio)}, p99 ${p99} ms -> ${verdict(listOk(ratio, p99))}`,
     );
   }
-  for (const r of ops) {
+  ops.forEach((r, i) =>
     console.log(
-      `  target cached operation >= 60 % of bare Express: ${pct(r.rps / baseline)} (CPU-per-request ratio ${pct(bareCpu / r.serverCpuMs)}) -> ${verdict(r.rps / baseline >= 0.6)}`,
-    );
+      `  ${label(i)} cached operation >= 60 % of bare Express: ${pct(r.rps / baseline)} (CPU-per-request ratio ${pct(bareCpu / r.serverCpuMs)}) -> ${verdict(r.rps / baseline >= 0.6)}`,
+    ),
+  );
+  if (several && ops.length > 0) {
+    const ratio = mid(ops.map((r) => r.rps / baseline));
+    console.log(`  target cached operation >= 60 % of bare Express, median of ${ops.length} rounds: ${pct(ratio)} -> ${verdict(ratio >= 0.6)}`);
   }
-  for (const { api: a, raw: r } of starts) {
+  starts.forEach(({ api: a, raw: r }, i) =>
     console.log(
-      `  target async POST >= 90 % of the raw client's start rate: ${a.rps} vs ${r.rps} starts/s = ${pct(a.rps / r.rps)} (p99 ${a.p99} vs ${r.p99} ms; raw client ${r.clientCpuMs} ms CPU/start, API ${a.serverCpuMs} ms/req, Temporal server ${r.cores.temporal_server} vs ${a.cores.temporal_server} cores) -> ${verdict(a.rps / r.rps >= 0.9)}`,
-    );
-  }
-  if (starts.length > 1) {
-    const apiTotal = starts.reduce((sum, s) => sum + s.api.rps, 0);
-    const rawTotal = starts.reduce((sum, s) => sum + s.raw.rps, 0);
+      `  ${label(i)} async POST >= 90 % of the raw client's start rate: ${a.rps} vs ${r.rps} starts/s = ${pct(a.rps / r.rps)} (p99 ${a.p99} vs ${r.p99} ms; raw client ${r.clientCpuMs} ms CPU/start, API ${a.serverCpuMs} ms/req, Temporal server ${r.cores.temporal_server} vs ${a.cores.temporal_server} cores) -> ${verdict(a.rps / r.rps >= 0.9)}`,
+    ),
+  );
+  if (several && starts.length > 0) {
+    const apiTotal = starts.reduce((sum, x) => sum + x.api.rps, 0);
+    const rawTotal = starts.reduce((sum, x) => sum + x.raw.rps, 0);
     console.log(
       `  target async POST >= 90 % of the raw client's start rate, ${starts.length} rounds together: ${apiTotal} vs ${rawTotal} starts/s = ${pct(apiTotal / rawTotal)} -> ${verdict(apiTotal / rawTotal >= 0.9)}`,
     );
