@@ -201,6 +201,8 @@ interface CacheEntry {
 export class OperationService {
   private readonly cache = new Map<string, CacheEntry>();
   private readonly pendingStarts = new Set<Promise<void>>();
+  /** Workflow queries out, by operation id (queryState). */
+  private readonly queries = new Map<string, Promise<OperationState>>();
 
   private readonly rows = new ReadBatcher<{ id: string; accountId: number }, OperationRow>(async (keys) => {
     // The keys as comma-separated text, not arrays: the driver escapes every element of an array
@@ -458,10 +460,7 @@ export class OperationService {
     const cached = this.cache.get(id);
     if (cached && Date.now() - cached.at < this.opts.cacheTtlMs) return presentOperation(row, cached.state);
     try {
-      const state = await this.temporal.withDeadline(this.opts.queryTimeoutMs, () => this.temporal.handle(id).query(operationStateQuery));
-      this.cache.set(id, { at: Date.now(), state });
-      this.pruneCache();
-      return presentOperation(row, state);
+      return presentOperation(row, await this.queryState(id));
     } catch (err) {
       if (err instanceof ApiError) throw err;
       // A workflow that has just closed answers from PostgreSQL, which it updated before closing.
@@ -470,6 +469,27 @@ export class OperationService {
       this.opts.logger.warn({ operation: id, err: (err as Error).message }, 'operation query failed; serving stored state');
       return presentOperation(fresh ?? row, undefined, true);
     }
+  }
+
+  /**
+   * The running workflow's state by query, one query per operation at a time: the requests that
+   * find the cached state expired while a query is out wait for that query's answer (or failure)
+   * instead of sending their own (under load, every in-flight request did).
+   */
+  private queryState(id: string): Promise<OperationState> {
+    let pending = this.queries.get(id);
+    if (!pending) {
+      pending = this.temporal
+        .withDeadline(this.opts.queryTimeoutMs, () => this.temporal.handle(id).query(operationStateQuery))
+        .then((state) => {
+          this.cache.set(id, { at: Date.now(), state });
+          this.pruneCache();
+          return state;
+        })
+        .finally(() => this.queries.delete(id));
+      this.queries.set(id, pending);
+    }
+    return pending;
   }
 
   private pruneCache(): void {

@@ -81,6 +81,33 @@ describe('operations through Temporal', () => {
     expect(mine[0].data).toMatchObject({ object: 'operation', id: op.id, status: 'succeeded', result: { answer: 42 } });
   });
 
+  it('sends one workflow query for the requests that find the cached state missing or expired together', async () => {
+    const op = await stack.api.deps.operations.start({
+      principal,
+      type: 'test.operation' as never,
+      workflow: 'testOperationWorkflow' as never,
+      input: { holdMs: 60_000 } as never,
+    });
+    const temporal = stack.api.deps.temporal;
+    const handle = temporal.handle.bind(temporal);
+    let queries = 0;
+    temporal.handle = (id: string) => {
+      const h = handle(id);
+      return Object.assign(Object.create(h), { query: (...args: Parameters<typeof h.query>) => (queries++, h.query(...args)) });
+    };
+    try {
+      const views = await Promise.all(Array.from({ length: 20 }, () => stack.api.deps.operations.get(principal, op.id)));
+      expect(views.every((v) => v.id === op.id && !v.stale)).toBe(true);
+      expect(queries).toBe(1);
+      // Answered from the cache while it is fresh.
+      await stack.api.deps.operations.get(principal, op.id);
+      expect(queries).toBe(1);
+    } finally {
+      temporal.handle = handle;
+      await stack.temporal!.client.workflow.getHandle(op.id).signal(advanceSignal, { finish: 'succeed' });
+    }
+  });
+
   it('records a failure with its error code', async () => {
     const op = await stack.api.deps.operations.start({
       principal,
