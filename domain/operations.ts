@@ -149,6 +149,11 @@ export interface OperationGuard {
   name: string;
   table: string;
   key: { column: string; value: number | string };
+  /**
+   * More conditions on the row, applied before it is locked: a row the request may not see (another
+   * account's) is neither locked nor waited for, as if it did not exist.
+   */
+  scope?: (param: (value: unknown) => string) => string;
   lock: 'share' | 'update';
   columns: string[];
   allows: string | ((param: (value: unknown) => string) => string);
@@ -173,10 +178,18 @@ const ROW_PARAMETERS = 9;
 function startStatement(guards: OperationGuard[]): { name: string; text: string; values: unknown[] } {
   const values: unknown[] = [];
   const param = (value: unknown) => `$${ROW_PARAMETERS + values.push(value)}`;
-  const ctes = guards.map((g, i) => `g${i} as (select ${g.columns.join(', ')} from ${g.table} where ${g.key.column} = ${param(g.key.value)} for ${g.lock})`);
+  if (new Set(guards.map((g) => g.name)).size !== guards.length) throw new Error(`two guards share a name: ${guards.map((g) => g.name).join(', ')}`);
+  const ctes = guards.map(
+    (g, i) =>
+      `g${i} as (select ${g.columns.join(', ')} from ${g.table} where ${g.key.column} = ${param(g.key.value)}` +
+      `${g.scope ? ` and ${g.scope(param)}` : ''} for ${g.lock})`,
+  );
+  // A rule that evaluates to null refuses; only a missing row takes `whenMissing`.
   const allowed =
     guards
-      .map((g, i) => `coalesce((select ${typeof g.allows === 'string' ? g.allows : g.allows(param)} from g${i}), ${g.whenMissing === 'allows'})`)
+      .map(
+        (g, i) => `coalesce((select coalesce(${typeof g.allows === 'string' ? g.allows : g.allows(param)}, false) from g${i}), ${g.whenMissing === 'allows'})`,
+      )
       .join(' and ') || 'true';
   ctes.push(
     'ins as (insert into operations (id, account_id, type, status, progress, resource_object, resource_id, service_id, credential_id) ' +
@@ -399,7 +412,7 @@ export class OperationService {
         await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated), serviceId: updated.service_id });
       }
     });
-    this.cache.delete(t.operationId);
+    this.forget(t.operationId);
   }
 
   /**
@@ -419,7 +432,7 @@ export class OperationService {
       await emitEvent(trx, { accountId: updated.account_id, type: 'operation.completed', data: presentOperation(updated), serviceId: updated.service_id });
       return true;
     });
-    this.cache.delete(id);
+    this.forget(id);
     return closed;
   }
 
@@ -448,6 +461,8 @@ export class OperationService {
 
   /** Loads a row the principal may see, or throws 404. */
   async findVisible(principal: Principal, id: string): Promise<OperationRow> {
+    // The batch sends its keys comma-separated (FIND_VISIBLE_SQL): an id with a comma is none of ours.
+    if (id.includes(',')) throw notFound('operation');
     // Every GET /v1/operations/{id} reads this row: one prepared statement for the concurrent ones.
     const [row] = await this.rows.load({ id, accountId: principal.accountId });
     if (!row || (row.service_id !== null && !canSeeService(principal, row.service_id))) throw notFound('operation');
@@ -477,19 +492,29 @@ export class OperationService {
    * instead of sending their own (under load, every in-flight request did).
    */
   private queryState(id: string): Promise<OperationState> {
-    let pending = this.queries.get(id);
-    if (!pending) {
-      pending = this.temporal
-        .withDeadline(this.opts.queryTimeoutMs, () => this.temporal.handle(id).query(operationStateQuery))
-        .then((state) => {
+    const pending = this.queries.get(id);
+    if (pending) return pending;
+    // An answer is cached only if nothing forgot this operation's state while it was out (forget).
+    const query: Promise<OperationState> = this.temporal
+      .withDeadline(this.opts.queryTimeoutMs, () => this.temporal.handle(id).query(operationStateQuery))
+      .then((state) => {
+        if (this.queries.get(id) === query) {
           this.cache.set(id, { at: Date.now(), state });
           this.pruneCache();
-          return state;
-        })
-        .finally(() => this.queries.delete(id));
-      this.queries.set(id, pending);
-    }
-    return pending;
+        }
+        return state;
+      })
+      .finally(() => {
+        if (this.queries.get(id) === query) this.queries.delete(id);
+      });
+    this.queries.set(id, query);
+    return query;
+  }
+
+  /** Drops the cached state of an operation whose row changed here, and any query out for it. */
+  private forget(id: string): void {
+    this.cache.delete(id);
+    this.queries.delete(id);
   }
 
   private pruneCache(): void {

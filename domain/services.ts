@@ -248,11 +248,11 @@ export function serviceGuard(serviceId: number, action: string, checks?: { accou
     table: 'services',
     key: { column: 'id', value: serviceId },
     lock: 'share',
+    // Another account's service is not locked (nor waited for): it is missing, and refused as such.
+    scope: checks && ((param) => `account_id = ${param(checks.accountId)}`),
     columns: checks ? ['id', 'account_id', 'family', 'status', 'capabilities'] : ['status'],
     allows: checks
-      ? (param) =>
-          `account_id = ${param(checks.accountId)} and family = ${param(checks.family)} and ` +
-          `coalesce(capabilities -> ${param(checks.capability)} = 'true'::jsonb, false) and ${actionable}`
+      ? (param) => `family = ${param(checks.family)} and coalesce(capabilities -> ${param(checks.capability)} = 'true'::jsonb, false) and ${actionable}`
       : actionable,
     // Without checks, a service deleted meanwhile refuses nothing here: the operation's own reads find it gone.
     whenMissing: checks ? 'refuses' : 'allows',

@@ -257,7 +257,7 @@ describe('operations through Temporal', () => {
         resource: { object: 'vps', id: vps.id },
         serviceId: vps.serviceId,
         initialStatus: 'running',
-        guards: [machineGuard(vps.serviceId, 'a power action')],
+        guards: [machineGuard(vps.serviceId, stack.owner.accountId, 'a power action')],
         ...extra,
       });
     const rowsOf = async () => (await stack.db('operations').where({ service_id: vps.serviceId, type: 'vps.power' })).length;

@@ -168,6 +168,30 @@ describe('GET /v1/vps/{id}', () => {
   });
 });
 
+describe("actions on another account's VPS", () => {
+  it('are 404 without locking or waiting for its rows, even while that account holds them', async () => {
+    const other = await otherAccountVps();
+    const held = await stack.db.transaction();
+    try {
+      await held('services').where({ id: other.serviceId }).forUpdate().first();
+      await held('vps_servers').where({ service_id: other.serviceId }).forUpdate().first();
+      for (const [path, body] of [
+        ['power', { action: 'stop' }],
+        ['backups', {}],
+      ] as const) {
+        const res = await Promise.race([
+          stack.http.post(`/v1/vps/${other.id}/${path}`, { token, body }),
+          new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${path} waited for another account's row lock`)), 5_000)),
+        ]);
+        expect(res.status, path).toBe(404);
+      }
+    } finally {
+      await held.rollback();
+    }
+    expect(await stack.db('operations').where({ resource_id: other.id })).toHaveLength(0);
+  });
+});
+
 describe('GET /v1/vps/{id}/config, /ips, /templates, /metrics', () => {
   it('returns the hypervisor configuration', async () => {
     const q = await stack.http.get(`/v1/vps/${qemu.id}/config`, { token });

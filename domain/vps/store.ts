@@ -101,11 +101,13 @@ export function refuseWhileReinstalling(server: Pick<VpsServerRow, 'reinstall_op
  * statement for the claim's commit; actions on the same VPS do not wait for each other. The locked
  * row (`vps`: service_id, vmid) gives the workflow its input.
  */
-export function machineGuard(serviceId: number, what: string): OperationGuard {
+export function machineGuard(serviceId: number, accountId: number, what: string): OperationGuard {
   return {
     name: 'vps',
     table: 'vps_servers',
     key: { column: 'service_id', value: serviceId },
+    // Only the account's own machine is locked (the service guard refuses another account's with 404).
+    scope: (param) => `exists (select 1 from services where services.id = vps_servers.service_id and services.account_id = ${param(accountId)})`,
     lock: 'share',
     columns: ['service_id', 'vmid', 'reinstall_operation_id'],
     allows: 'reinstall_operation_id is null',

@@ -111,7 +111,7 @@ function startVpsAction<W extends 'vpsPowerWorkflow' | 'vpsBackupWorkflow' | 'vp
     serviceId,
     serviceChecks: { family: 'vps', capability, action: what },
     initialStatus: 'running',
-    guards: [machineGuard(serviceId, what)],
+    guards: [machineGuard(serviceId, principal.accountId, what)],
   });
 }
 
