@@ -74,6 +74,32 @@ describe('idempotency records', () => {
     await waitForOperation(stack, res.body.id);
   });
 
+  it('keeps nothing for a start its guards refuse, so a retry with the same key runs once the VPS is free', async () => {
+    const vps = await createVps(stack);
+    // As if a reinstall were running: the power action's guard refuses in the keyed transaction.
+    const reinstall = `op_${'0'.repeat(20)}REINST`;
+    await stack
+      .db('operations')
+      .insert({ id: reinstall, account_id: stack.owner.accountId, type: 'vps.reinstall', status: 'running', service_id: vps.serviceId });
+    await stack.db('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: reinstall });
+    const send = () =>
+      stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'refused-then-run' } });
+    const refused = await send();
+    expect(refused.status, refused.text).toBe(409);
+    expect(await stack.db('operations').where({ service_id: vps.serviceId, type: 'vps.power' })).toHaveLength(0);
+    const key = await stack.db('idempotency_keys').where({ account_id: stack.owner.accountId, key: 'refused-then-run' }).first();
+    expect(key?.operation_id ?? null).toBeNull();
+
+    await stack.db('vps_servers').where({ service_id: vps.serviceId }).update({ reinstall_operation_id: null });
+    const run = await send();
+    expect(run.status, run.text).toBe(202);
+    expect(await stack.db('idempotency_keys').where({ account_id: stack.owner.accountId, key: 'refused-then-run' }).first()).toMatchObject({
+      state: 'done',
+      operation_id: run.body.id,
+    });
+    await waitForOperation(stack, run.body.id);
+  });
+
   it('still answers 409 while the request holding the key may be alive', async () => {
     const path = '/v1/vps/svc_1/power';
     await staleRecord('alive', path, { action: 'stop' }, { locked_at: pgTime(1_000) });
