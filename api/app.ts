@@ -78,9 +78,9 @@ function checkJsonDepth(buf: Buffer): void {
 
 /**
  * The dotted path of the first string (or object key) in a request part that holds U+0000, which
- * PostgreSQL cannot store in text or jsonb: refused here as `validation_failed` instead of failing in SQL.
+ * PostgreSQL cannot store in text or jsonb: refused here as `validation_failed` instead of failing in
+ * SQL. Null when there is none; the path is built only when there is one.
  */
-/** The path to the first NUL in a parsed value (keys included), or null; the path is built only when there is one. */
 function nulPath(value: unknown): string[] | null {
   if (typeof value === 'string') return value.includes('\u0000') ? [] : null;
   if (value === null || typeof value !== 'object') return null;

@@ -166,8 +166,8 @@ const INSERTED_COLUMNS =
   'id, account_id, type, status, progress, resource_object, resource_id, service_id, result, error, ' +
   `${isoSql('created_at')} as created_at, null::text as completed_at`;
 
-/** `$1`..`$9` of the start statement: the operation row's values. */
-const ROW_PARAMETERS = 9;
+/** `$1`..`$8` of the start statement: the operation row's values. */
+const ROW_PARAMETERS = 8;
 
 /**
  * The one statement that writes an operation's row: its guards' rows are locked (in their order)
@@ -192,8 +192,8 @@ function startStatement(guards: OperationGuard[]): { name: string; text: string;
       )
       .join(' and ') || 'true';
   ctes.push(
-    'ins as (insert into operations (id, account_id, type, status, progress, resource_object, resource_id, service_id, credential_id) ' +
-      `select $1::text, $2::bigint, $3::text, $4::text, $5::int, $6::text, $7::text, $8::bigint, $9::text where ${allowed} returning ${INSERTED_COLUMNS})`,
+    'ins as (insert into operations (id, account_id, type, status, resource_object, resource_id, service_id, credential_id) ' +
+      `select $1::text, $2::bigint, $3::text, $4::text, $5::text, $6::text, $7::bigint, $8::text where ${allowed} returning ${INSERTED_COLUMNS})`,
   );
   const text =
     `with ${ctes.join(', ')} select ` +
@@ -253,7 +253,6 @@ export class OperationService {
       input.principal.accountId,
       input.type,
       input.initialStatus ?? 'pending',
-      null,
       input.resource?.object ?? null,
       input.resource?.id ?? null,
       input.serviceId ?? null,

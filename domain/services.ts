@@ -163,10 +163,6 @@ export function listVisibleServices(
   });
 }
 
-/**
- * Loads a service the principal may see, optionally of one family; anything else is 404
- * (convention 8: invisible and missing look the same).
- */
 /** The numeric id of a service the principal's permissions let it see (404 otherwise); its row is not read. */
 export function visibleServiceId(principal: Principal, rawId: string): number {
   const id = parseNumericId('svc', rawId);
@@ -185,6 +181,10 @@ export interface ServiceRead {
 
 const SERVICE_READ: ServiceRead = { name: 'services-find-visible', text: 'select * from services where id = $1 and account_id = $2' };
 
+/**
+ * Loads a service the principal may see, optionally of one family; anything else is 404
+ * (convention 8: invisible and missing look the same).
+ */
 export async function findVisibleService<R extends ServiceRow = ServiceRow>(
   db: Knex,
   principal: Principal,

@@ -14,7 +14,6 @@ import {
   splitVpsRow,
   visibleVpsQuery,
   type VpsServerRow,
-  type VpsTarget,
 } from '../../../domain/vps/store';
 import { ROOT_PASSWORD_PURPOSE } from '../../../domain/vps/secrets';
 import { liveRead } from '../../../providers/errors';
@@ -68,7 +67,7 @@ async function findOwnBackup(deps: AppDeps, server: VpsServerRow, backupId: stri
   return backup;
 }
 
-const resourceOf = (target: VpsTarget) => ({ object: 'vps' as const, id: formatId('svc', target.service.id) });
+const resourceOf = (serviceId: number) => ({ object: 'vps' as const, id: formatId('svc', serviceId) });
 
 /**
  * A visible VPS whose `capability` is true, with the machine that backs it (409 when it has none yet).
@@ -107,7 +106,7 @@ function startVpsAction<W extends 'vpsPowerWorkflow' | 'vpsBackupWorkflow' | 'vp
     type: start.type,
     workflow: start.workflow,
     input: (locked) => start.input(locked.vps as Pick<VpsServerRow, 'service_id' | 'vmid'>),
-    resource: { object: 'vps', id: formatId('svc', serviceId) },
+    resource: resourceOf(serviceId),
     serviceId,
     serviceChecks: { family: 'vps', capability, action: what },
     initialStatus: 'running',
@@ -386,7 +385,7 @@ export const vpsRoutes = [
         type: 'vps.reinstall',
         workflow: 'vpsReinstallWorkflow',
         input: { serviceId: server.service_id, vmid: server.vmid, template: body.template },
-        resource: resourceOf(target),
+        resource: resourceOf(target.service.id),
         serviceId: server.service_id,
         initialStatus: 'running',
         inTransaction: (trx, operationId) => claimReinstall(trx, server.service_id, operationId, sealed),
