@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { temporal as proto } from '@temporalio/proto';
 import { startStack, type Stack } from './helpers/stack';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
-import { startReceiver, waitFor, type Receiver } from './webhooks.support';
+import { gate, startReceiver, waitFor, type Receiver } from './webhooks.support';
 import { emitEvent } from '../domain/events';
 import { newUlidId } from '../common/ids';
 import { endpointWorkflowId, endpointWorkflowInput, WEBHOOK_ENDPOINT_WORKFLOW } from '../domain/webhooks/webhooks';
@@ -88,10 +88,9 @@ describe('what an operator sees in Temporal', () => {
   it('one workflow per webhook, named and searchable by it; its state query lists the deliveries in flight; each attempt is in its history', async () => {
     const t = await tenant();
     const r = await receiver();
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
+    const held = gate();
     r.respond = async () => {
-      await gate;
+      await held.passed;
       return 200;
     };
     const hook = await t.createWebhook(r);
@@ -113,7 +112,7 @@ describe('what an operator sees in Temporal', () => {
     for await (const wf of stack.temporal!.client.workflow.list({ query: `CloudResourceId = "${hook.id}"` })) listed.push(wf.workflowId);
     expect(listed).toContain(`webhook-${hook.id}`);
 
-    release();
+    held.open();
     await waitFor(
       () => t.deliveries(hook.id),
       (ds) => ds.length === 2 && ds.every((d) => d.status === 'delivered'),
@@ -264,10 +263,9 @@ describe('state across runs and signals', () => {
   it('a delivery signalled again while it is held is not attempted twice', async () => {
     const t = await tenant();
     const r = await receiver();
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
+    const held = gate();
     r.respond = async () => {
-      await gate;
+      await held.passed;
       return 200;
     };
     const hook = await t.createWebhook(r, ['webhook.ping']);
@@ -276,7 +274,7 @@ describe('state across runs and signals', () => {
     const handle = handleOf(hook.id);
     await handle.signal(webhookDeliveriesSignal, { deliveries: [{ id: ping.body.id }] });
     await handle.signal(webhookDeliveriesSignal, { deliveries: [{ id: ping.body.id }] });
-    release();
+    held.open();
     await handle.result();
     expect(r.received).toHaveLength(1);
     expect((await t.deliveries(hook.id))[0]).toMatchObject({ status: 'delivered', attempts: 1 });

@@ -29,6 +29,13 @@ export interface Receiver {
   close(): Promise<void>;
 }
 
+/** A gate a receiver's `respond` can wait at (`await gate.passed`) until the test opens it. */
+export function gate(): { passed: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const passed = new Promise<void>((resolve) => (open = resolve));
+  return { passed, open };
+}
+
 export async function startReceiver(options: { tls?: { key: string; cert: string }; path?: string } = {}): Promise<Receiver> {
   const receiver = {
     received: [] as ReceivedDelivery[],

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
 import { createAccount, createApiKey, createService, createUser } from './helpers/fixtures';
 import { advanceSignal } from './fixtures/test-operation.workflow';
-import { startReceiver, waitFor, type Receiver } from './webhooks.support';
+import { gate, startReceiver, waitFor, type Receiver } from './webhooks.support';
 import { verifyWebhook } from '../docs/examples/verify-webhook';
 import { newUlidId } from '../common/ids';
 import type { Principal } from '../domain/principal';
@@ -344,10 +344,9 @@ describe('deliveries', () => {
   it('records each failed attempt (status, error, next attempt) while the schedule runs', async () => {
     const t = await tenant();
     const r = await receiver();
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
+    const held = gate();
     r.respond = async (n) => {
-      if (n === 2) await gate; // hold attempt 2 while the test reads the record of attempt 1
+      if (n === 2) await held.passed; // hold attempt 2 while the test reads the record of attempt 1
       return n === 1 ? 500 : 200;
     };
     const hook = await t.createWebhook(r);
@@ -358,7 +357,7 @@ describe('deliveries', () => {
     expect(d.last_error).toMatch(/^HTTP 500/);
     expect(d.next_attempt_at).not.toBeNull();
     expect(d.delivered_at).toBeNull();
-    release();
+    held.open();
     const [done] = await waitFor(
       () => t.deliveries(hook.id),
       (ds) => ds[0]?.status === 'delivered',
@@ -421,17 +420,16 @@ describe('deliveries', () => {
   it('treats a timeout, a redirect and a refused connection as failed attempts with a clear last_error', async () => {
     const t = await tenant();
     // Attempt 2 waits at the receiver until the test has read the record of attempt 1.
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
+    const held = gate();
     const slow = await receiver();
     slow.respond = async (n) => {
       if (n === 1) await new Promise((r) => setTimeout(r, 2_500)); // past WEBHOOK_TIMEOUT (1.5 s here)
-      if (n === 2) await gate;
+      if (n === 2) await held.passed;
       return 200;
     };
     const redirect = await receiver();
     redirect.respond = async (n) => {
-      if (n === 2) await gate;
+      if (n === 2) await held.passed;
       return n === 1 ? 302 : 200;
     };
     const slowHook = await t.createWebhook(slow, ['webhook.ping']);
@@ -450,7 +448,7 @@ describe('deliveries', () => {
     );
     expect(afterRedirect.last_status).toBe(302);
     expect(afterRedirect.last_error).toMatch(/redirect.*not followed/);
-    release();
+    held.open();
     for (const hook of [slowHook, redirectHook]) {
       const [d] = await waitFor(
         () => t.deliveries(hook.id),
