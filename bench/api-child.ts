@@ -7,6 +7,7 @@
  * With BENCH_PROCESSES=N it runs as N processes on one port, as API_PROCESSES does (child-cluster.ts).
  */
 import { writeFileSync } from 'node:fs';
+import { PerformanceObserver } from 'node:perf_hooks';
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import { loadConfig } from '../common/config';
@@ -75,6 +76,34 @@ async function main() {
       return row;
     };
   }
+  const timings: Record<string, number[]> = {};
+  const gcMs: Record<string, number> = {};
+  if (experiments.has('timing')) {
+    // Experiment: where a POST's time goes under load. The wall time of the whole start and of the
+    // workflow start alone (printed on stop), and the garbage collector's time, the heap and the
+    // CPU so far (printed at each flush, that is after each measured window).
+    const kinds: Record<number, string> = { 1: 'minor', 2: 'major', 4: 'incremental', 8: 'weak callbacks' };
+    new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) {
+        const kind = kinds[(entry as unknown as { detail: { kind: number } }).detail.kind] ?? 'other';
+        gcMs[`${kind} ms`] = (gcMs[`${kind} ms`] ?? 0) + entry.duration;
+        gcMs[`${kind} count`] = (gcMs[`${kind} count`] ?? 0) + 1;
+      }
+    }).observe({ entryTypes: ['gc'] });
+    const time =
+      <A extends unknown[], R>(name: string, fn: (...a: A) => Promise<R>) =>
+      async (...a: A): Promise<R> => {
+        const t = performance.now();
+        try {
+          return await fn(...a);
+        } finally {
+          (timings[name] ??= []).push(performance.now() - t);
+        }
+      };
+    const wf = api.deps.temporal.client.workflow as unknown as { start: (...a: unknown[]) => Promise<unknown> };
+    wf.start = time('workflow start', wf.start.bind(wf));
+    api.deps.operations.start = time('OperationService.start', api.deps.operations.start.bind(api.deps.operations));
+  }
   const server = api.app.listen(0, '127.0.0.1', () => {
     process.send!({ type: 'ready', port: (server.address() as AddressInfo).port, pid: process.pid });
   });
@@ -94,8 +123,25 @@ async function main() {
         process.send!({ type: 'profile-stopped' });
       });
     } else if (msg.type === 'flush') {
+      if (experiments.has('timing')) {
+        const m = process.memoryUsage();
+        const { user, system } = process.cpuUsage();
+        console.error(`timing gc so far: ${JSON.stringify(Object.fromEntries(Object.entries(gcMs).map(([k, v]) => [k, Math.round(v)])))}`);
+        console.error(
+          `timing memory: heap used ${(m.heapUsed / 1e6).toFixed(0)} MB of ${(m.heapTotal / 1e6).toFixed(0)}, rss ${(m.rss / 1e6).toFixed(0)} MB; CPU so far user ${(user / 1e6).toFixed(1)} s, system ${(system / 1e6).toFixed(1)} s`,
+        );
+      }
       void api.deps.audit.flush().then(() => process.send!({ type: 'flushed', id: msg.id }));
     } else if (msg.type === 'stop') {
+      if (experiments.has('timing')) {
+        const { user, system } = process.cpuUsage();
+        console.error(`timing API process CPU: user ${(user / 1e6).toFixed(1)} s, system ${(system / 1e6).toFixed(1)} s`);
+      }
+      for (const [name, xs] of Object.entries(timings)) {
+        xs.sort((a, b) => a - b);
+        const at = (q: number) => xs[Math.min(xs.length - 1, Math.floor(q * xs.length))]?.toFixed(1);
+        console.error(`timing ${name}: n ${xs.length}, p50 ${at(0.5)} ms, p90 ${at(0.9)} ms, p99 ${at(0.99)} ms`);
+      }
       server.close();
       server.closeAllConnections();
       // process.exit() (not a natural exit) so that --cpu-prof still writes its profile: Node writes

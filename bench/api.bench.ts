@@ -6,7 +6,9 @@
  * (summarise it with bench/cpu-profile.ts); `--only` skips the other API run, for a profile of one
  * route; `--experiment` patches the API process to measure a candidate fix or to weigh a part
  * (bench/api-child.ts: `memo-derive`, `no-als`, `no-start`, `slow-start`, `row-cache`,
- * `native-client`); the default run measures the code as it is. Each target's verdict is that of the median round (the POST's:
+ * `native-client`, `timing`), or changes the POST's comparison to tell causes apart (`raw-like-api`:
+ * the raw client sends its starts exactly as the API does; `pin-server`: the Temporal server alone
+ * on one core, everything else on the other); the default run measures the code as it is. Each target's verdict is that of the median round (the POST's:
  * the starts of all rounds together); every round's figures are printed too.
  *
  * In one run on loopback, with autocannon in this process:
@@ -20,7 +22,8 @@
  *  5. after the rounds, with the worker stopped (workflows are started, not run): the API's async
  *     `POST /v1/vps/{id}/power` (202 + operation, over 64 VPSes) beside the raw Temporal client
  *     starting the same workflow with the same options from a process of its own
- *     (bench/raw-start-child.ts), alternately.
+ *     (bench/raw-start-child.ts), alternately, each window on a fresh dev server (`--only=post`
+ *     runs this part alone).
  * `--processes=N` runs the API and the baseline as N processes each on one port (node:cluster, as
  * API_PROCESSES does), to show how the figures scale.
  * After each API run: the audit queue is flushed in the API process and the `audit_logs` rows of that
@@ -31,7 +34,7 @@
  * loop with autocannon; PostgreSQL, the Temporal server and the (idle) worker run beside them on the
  * same 2 cores, as they would on one small machine. CPU time per process is sampled from /proc.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -204,7 +207,7 @@ interface RawRun {
 async function measureRaw(
   child: ChildProcess,
   groups: CpuGroups,
-  what: { input: Record<string, unknown>; accountId: string; resourceId: string },
+  what: { input: Record<string, unknown>; accountId: string; resourceId: string; resourceIds?: string[] },
 ): Promise<RawRun> {
   type Ran = { type: string; starts: number; errors: number; p50: number; p99: number };
   if (WARMUP > 0) await request<Ran>(child, { type: 'run', seconds: WARMUP, concurrency: CONNECTIONS, ...what }, 'ran');
@@ -239,14 +242,17 @@ async function main() {
   // Fresh database and Temporal dev server (the CLI of scripts/ensure-tools.sh), with the search attributes.
   const database = await createTestDatabase();
   const cli = path.join(root, '.tools/venv/bin/temporal');
-  const temporal = await TestWorkflowEnvironment.createLocal({
-    server: {
-      executable: existsSync(cli) ? { type: 'existing-path', path: cli } : undefined,
-      ip: '127.0.0.1',
-      searchAttributes: Object.values(SEARCH_ATTRIBUTES),
-      log: { format: 'pretty', level: 'error' },
-    },
-  });
+  const devServer = (port?: number) =>
+    TestWorkflowEnvironment.createLocal({
+      server: {
+        executable: existsSync(cli) ? { type: 'existing-path', path: cli } : undefined,
+        ip: '127.0.0.1',
+        port,
+        searchAttributes: Object.values(SEARCH_ATTRIBUTES),
+        log: { format: 'pretty', level: 'error' },
+      },
+    });
+  let temporal = await devServer();
   const taskQueue = `bench-${randomBytes(4).toString('hex')}`;
   const env: Record<string, string> = {
     NODE_ENV: 'production',
@@ -341,7 +347,6 @@ async function main() {
   const ourPgBackends = async () =>
     (await database.db.raw('select pid from pg_stat_activity where datname = current_database()')).rows.map((r: { pid: number }) => r.pid);
   const pgPids = await ourPgBackends();
-  beforeEachWindow = async () => void pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
   const temporalPids = childPidsByName('temporal');
   const groups: CpuGroups = {
     autocannon_and_worker: () => [process.pid],
@@ -349,6 +354,16 @@ async function main() {
     bare: () => bare.pids,
     postgres_ours: () => pgPids,
     temporal_server: () => temporalPids,
+  };
+  beforeEachWindow = async () => {
+    pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
+    if (EXPERIMENTS.split(',').includes('pin-server')) {
+      // Experiment: the Temporal server alone on the second core, everything else of the bench on
+      // the first, to tell the API's cost from the two sharing cores with the server.
+      for (const [name, pids] of Object.entries(groups)) {
+        for (const pid of pids()) execFileSync('taskset', ['-a', '-p', '-c', name === 'temporal_server' ? '1' : '0', String(pid)], { stdio: 'ignore' });
+      }
+    }
   };
 
   let flushes = 0;
@@ -359,7 +374,8 @@ async function main() {
   };
 
   const runs: Run[] = [];
-  for (let round = 1; round <= ROUNDS; round++) {
+  // The GET rounds (with their bare Express baselines); `--only=post` measures the starts alone.
+  for (let round = 1; ONLY !== 'post' && round <= ROUNDS; round++) {
     if (ROUNDS > 1) console.log(`round ${round}`);
     runs.push(await measure('bare Express, 20-item list', `${bareUrl}/list`, {}, groups));
 
@@ -398,8 +414,14 @@ async function main() {
   await temporal.client.workflow.getHandle(op.id).terminate('bench over');
   worker.shutdown();
   await workerRunning;
-  const raw = ONLY === 'all' || ONLY === 'post' ? await startChild('raw-start-child.ts', env) : null;
+  const raw = ONLY === 'all' || ONLY === 'post' ? await startChild('raw-start-child.ts', { ...env, BENCH_EXPERIMENTS: EXPERIMENTS }) : null;
   groups.raw_client = () => (raw ? [raw.child.pid!] : []);
+  const port = Number(temporal.address.split(':').pop());
+  const freshServer = async () => {
+    await temporal.teardown();
+    temporal = await devServer(port);
+    temporalPids.splice(0, temporalPids.length, ...childPidsByName('temporal'));
+  };
   const starts: Array<{ api: Run; raw: RawRun }> = [];
   for (let round = 1; raw && round <= ROUNDS; round++) {
     const key = await postKey();
@@ -418,17 +440,23 @@ async function main() {
         input: { serviceId: 1, vmid: 100, action: 'reboot' },
         accountId: `cus_${vpsAccount.accountId}`,
         resourceId: vpsIds[0],
+        resourceIds: vpsIds,
       });
-    // Every start leaves an open workflow behind and the server slows as they pile up: the side
-    // that goes first alternates, so that neither is always measured on the emptier server.
+    // Every start leaves an open workflow behind, and the dev server slows as they pile up (by 10 to
+    // 30 % over a run): each side's window, with its warm-up, gets a fresh server on the same port,
+    // which both clients reconnect to. The side that goes first still alternates.
+    const onFreshServer = async <T>(window: () => Promise<T>) => {
+      await freshServer();
+      return window();
+    };
     let post: Run;
     let rawRun: RawRun;
     if (round % 2 === 1) {
-      post = await measureApi();
-      rawRun = await measureRawClient();
+      post = await onFreshServer(measureApi);
+      rawRun = await onFreshServer(measureRawClient);
     } else {
-      rawRun = await measureRawClient();
-      post = await measureApi();
+      rawRun = await onFreshServer(measureRawClient);
+      post = await onFreshServer(measureApi);
     }
     runs.push(post);
     starts.push({ api: post, raw: rawRun });

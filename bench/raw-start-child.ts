@@ -10,7 +10,9 @@ import { loadConfig } from '../common/config';
 import { newUlidId } from '../common/ids';
 import { TemporalGateway } from '../domain/temporal';
 
-type Message = { type: 'run'; seconds: number; concurrency: number; input: Record<string, unknown>; accountId: string; resourceId: string } | { type: 'stop' };
+type Message =
+  | { type: 'run'; seconds: number; concurrency: number; input: Record<string, unknown>; accountId: string; resourceId: string; resourceIds?: string[] }
+  | { type: 'stop' };
 
 async function main() {
   if (!process.send) throw new Error('bench/raw-start-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
@@ -25,9 +27,17 @@ async function main() {
     },
     new Client({ connection, namespace: config.TEMPORAL_NAMESPACE }),
   );
+  // Experiment `raw-like-api`: the starts as the API sends them (a gRPC deadline on each, the
+  // resource id of each of the VPSes in turn), to tell a difference in the requests from one in load.
+  const likeApi = (process.env.BENCH_EXPERIMENTS ?? '').split(',').includes('raw-like-api');
+  let turn = 0;
   process.send({ type: 'ready', port: 0, pid: process.pid });
   process.on('message', (msg: Message) => {
     if (msg.type === 'stop') {
+      if (likeApi) {
+        const { user, system } = process.cpuUsage();
+        console.error(`timing raw client CPU: user ${(user / 1e6).toFixed(1)} s, system ${(system / 1e6).toFixed(1)} s`);
+      }
       void connection.close().finally(() => process.exit(0));
       return;
     }
@@ -40,13 +50,16 @@ async function main() {
           const id = newUlidId('op');
           const started = performance.now();
           try {
-            await temporal.client.workflow.start('vpsPowerWorkflow', {
-              workflowId: id,
-              taskQueue: temporal.taskQueue,
-              args: [{ operationId: id, ...msg.input }],
-              typedSearchAttributes: temporal.searchAttributes({ operationType: 'vps.power', accountId: msg.accountId, resourceId: msg.resourceId }),
-              memo: { operation_type: 'vps.power', account: msg.accountId, resource: `vps ${msg.resourceId}`, credential: 'raw' },
-            });
+            const resourceId = likeApi && msg.resourceIds ? msg.resourceIds[turn++ % msg.resourceIds.length] : msg.resourceId;
+            const start = () =>
+              temporal.client.workflow.start('vpsPowerWorkflow', {
+                workflowId: id,
+                taskQueue: temporal.taskQueue,
+                args: [{ operationId: id, ...msg.input }],
+                typedSearchAttributes: temporal.searchAttributes({ operationType: 'vps.power', accountId: msg.accountId, resourceId }),
+                memo: { operation_type: 'vps.power', account: msg.accountId, resource: `vps ${resourceId}`, credential: 'raw' },
+              });
+            await (likeApi ? temporal.withDeadline(10_000, start) : start());
             latencies.push(performance.now() - started);
           } catch {
             errors++;
