@@ -5,6 +5,7 @@ import { ApiError } from '../api/errors';
 import type { HandlerResult } from '../api/route';
 import type { Keyring } from '../common/crypto';
 import { presentOperation } from './operations';
+import { stableStringify } from '../common/stable-json';
 
 /** Stored 24 hours (DECISIONS "Idempotency"); the worker's retention sweeper deletes them after. */
 export const RETENTION_MS = 24 * 3_600_000;
@@ -31,17 +32,6 @@ export interface IdempotencyDeps {
   keyring: Keyring;
   /** A `running` record whose owner has not finished within this is taken to be abandoned (its process died). */
   abandonAfterMs: number;
-}
-
-function stableStringify(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(stableStringify).join(',')}]`;
-  if (value && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableStringify(v)}`).join(',')}}`;
-  }
-  return JSON.stringify(value ?? null);
 }
 
 const canonical = (r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) => `${r.method}\n${r.path}\n${stableStringify(r.body)}`;
