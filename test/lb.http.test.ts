@@ -3,6 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
 import { createService } from './helpers/fixtures';
 import { LbProvisioner } from '../domain/lb/provisioner';
+import { BalancerKeeper } from '../domain/lb/keeper';
+import { reconcileBalancer } from '../domain/lb/reconcile';
+import { lockBalancer } from '../domain/lb/store';
 import { provisionTargetOf } from '../domain/provisioning';
 import { freePort } from './lb.contract';
 import { eventually, get, startBackend, type Backend } from './lb.support';
@@ -287,6 +290,54 @@ describe('load balancers on HAProxy, over HTTP', () => {
     }
     // The outage was the control plane's switch: the balancer itself kept serving.
     expect(await get(address, port)).toMatch(/^(one|two)$/);
+  });
+
+  it('a set the balancer took but the database lost goes back off the balancer; the keeper puts back one changed behind its back', async () => {
+    const lb = stack.api.deps.providers.lb;
+    const deps = { db: stack.db, lb, logger: stack.api.deps.logger };
+    const stored = async () => (await stack.db('lb_balancers').where({ service_id: serviceId }).first()).listeners;
+    const running = () => lb.listeners(serviceId);
+    const bothBackends = async () => (await Promise.all([1, 2, 3, 4].map(() => get(address, port)))).sort();
+    const before = await stored();
+    expect(before[0].backends).toHaveLength(2);
+    const onlyOne = [listener('web', port, [{ port: one.port }])];
+    const onlyOneApplied = [{ ...before[0], backends: before[0].backends.slice(0, 1) }];
+
+    // The connection is lost after HAProxy took the set and before the database kept it (the
+    // update kills its own backend): the answer is 503, and the stored set goes back on the balancer.
+    await stack.db.raw(
+      `create function lose_lb_store() returns trigger language plpgsql as $$ begin perform pg_terminate_backend(pg_backend_pid()); return new; end $$`,
+    );
+    await stack.db.raw('create trigger lose_lb_store before update on lb_balancers for each row execute function lose_lb_store()');
+    let lost;
+    try {
+      lost = await stack.http.put(`${path()}/listeners`, { token, body: { listeners: onlyOne } });
+    } finally {
+      await stack.db.raw('drop trigger lose_lb_store on lb_balancers; drop function lose_lb_store()');
+    }
+    expect(lost.status).toBe(503);
+    expect(await stored()).toEqual(before);
+    expect(await running()).toEqual(before);
+    expect(await bothBackends()).toEqual(['one', 'one', 'two', 'two']);
+
+    // A set changed behind the control plane's back (or left by a failure it could not undo, the
+    // database being out) is put back by the keeper's next pass.
+    await lb.apply(serviceId, onlyOneApplied);
+    expect((await running())[0].backends).toHaveLength(1);
+    await new BalancerKeeper({ ...deps, intervalMs: 60_000 }).pass();
+    expect(await running()).toEqual(before);
+    expect(await bothBackends()).toEqual(['one', 'one', 'two', 'two']);
+
+    // A change in flight holds the row: its set is not undone under it.
+    await stack.db.transaction(async (trx) => {
+      await lockBalancer(trx, serviceId);
+      await lb.apply(serviceId, onlyOneApplied);
+      expect(await reconcileBalancer(deps, serviceId)).toBe('busy');
+      expect((await running())[0].backends).toHaveLength(1);
+    });
+    expect(await reconcileBalancer(deps, serviceId)).toBe('reapplied');
+    expect(await reconcileBalancer(deps, serviceId)).toBe('in step');
+    expect(await running()).toEqual(before);
   });
 
   it('PUT [] cuts the traffic', async () => {

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
 import { PeriodicService } from '../../common/periodic';
 import type { LbProvider } from '../../providers/lb.provider';
+import { reconcileBalancer } from './reconcile';
 import { balancersToRun } from './store';
 
 /**
@@ -9,6 +10,7 @@ import { balancersToRun } from './store';
  * host restart no HAProxy process is left) and then every `intervalMs` (a crashed one comes back).
  * The provider's `create` is idempotent: a running balancer is only re-adopted through its pidfile,
  * a stopped one is started with its last applied set, a lost one is rebuilt from the stored set.
+ * Each pass then puts the stored set back on a balancer that runs another one (reconcile.ts).
  */
 export class BalancerKeeper extends PeriodicService {
   readonly name = 'lb-keeper';
@@ -22,6 +24,7 @@ export class BalancerKeeper extends PeriodicService {
       for (const balancer of await balancersToRun(this.deps.db)) {
         try {
           await this.deps.lb.create(balancer.service_id, balancer.listeners);
+          await reconcileBalancer(this.deps, balancer.service_id);
         } catch (err) {
           this.deps.logger.warn(
             { service: `svc_${balancer.service_id}`, err: (err as Error).message },

@@ -40,6 +40,11 @@ export async function lockBalancer(trx: Knex.Transaction, serviceId: number): Pr
   return normalize(await trx('lb_balancers').where({ service_id: serviceId }).forUpdate().first());
 }
 
+/** The balancer row, locked until the transaction ends, or null when a change holds it now (or there is none). */
+export async function lockBalancerIfFree(trx: Knex.Transaction, serviceId: number): Promise<LbBalancerRow | null> {
+  return normalize(await trx('lb_balancers').where({ service_id: serviceId }).forUpdate().skipLocked().first());
+}
+
 /**
  * The page query of the load-balancer list: the services the principal sees, of every family, with
  * their balancer. The family filter is applied to the page after it is read (SPEC: "same short-page

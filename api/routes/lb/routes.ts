@@ -4,6 +4,7 @@ import type { Principal } from '../../../domain/principal';
 import { requireActionable, requireCapability } from '../../../domain/services';
 import { backendErrors, backendIpProblem, canonicalIp, listenerErrors, normalizeListeners, planErrors } from '../../../domain/lb/listeners';
 import { findVisibleLb, lockBalancer, storeListeners, visibleServicesWithBalancerQuery, type LbTarget } from '../../../domain/lb/store';
+import { reconcileBalancer } from '../../../domain/lb/reconcile';
 import { BackendRefusedError, liveRead } from '../../../providers/errors';
 import type { LbListener } from '../../../providers/lb.provider';
 import type { AppDeps } from '../../deps';
@@ -66,22 +67,35 @@ async function changeListeners(
   paramOf: (param: string) => string = (p) => p,
 ): Promise<LbListener[]> {
   const serviceId = target.service.id;
-  return deps.db.transaction(async (trx) => {
-    const balancer = await lockBalancer(trx, serviceId);
-    if (!balancer) throw conflict('This load balancer is not built yet (its order is still provisioning); try again once it is active.');
-    const wanted = next(balancer.listeners);
-    const problems = [...listenerErrors(wanted, { address: balancer.address }), ...planErrors(target.service.product ?? null, wanted)];
-    if (problems.length > 0) throw validationFailed(problems.map((e) => ({ param: paramOf(e.param), message: e.message })));
-    let applied: LbListener[];
-    try {
-      applied = await deps.providers.lb.apply(serviceId, normalizeListeners(wanted));
-    } catch (err) {
-      if (err instanceof BackendRefusedError && err.param) throw validationFailed([{ param: paramOf(err.param), message: err.message }]);
-      throw err;
+  let appliedToBalancer = false;
+  try {
+    return await deps.db.transaction(async (trx) => {
+      const balancer = await lockBalancer(trx, serviceId);
+      if (!balancer) throw conflict('This load balancer is not built yet (its order is still provisioning); try again once it is active.');
+      const wanted = next(balancer.listeners);
+      const problems = [...listenerErrors(wanted, { address: balancer.address }), ...planErrors(target.service.product ?? null, wanted)];
+      if (problems.length > 0) throw validationFailed(problems.map((e) => ({ param: paramOf(e.param), message: e.message })));
+      let applied: LbListener[];
+      try {
+        applied = await deps.providers.lb.apply(serviceId, normalizeListeners(wanted));
+      } catch (err) {
+        if (err instanceof BackendRefusedError && err.param) throw validationFailed([{ param: paramOf(err.param), message: err.message }]);
+        throw err;
+      }
+      appliedToBalancer = true;
+      await storeListeners(trx, serviceId, applied);
+      return applied;
+    });
+  } catch (err) {
+    // The balancer took the set but the database did not keep it: the stored set goes back on the
+    // balancer now, or at the keeper's next pass if the database is still out.
+    if (appliedToBalancer) {
+      await reconcileBalancer({ db: deps.db, lb: deps.providers.lb, logger: deps.logger }, serviceId).catch((e: Error) =>
+        deps.logger.error({ service: `svc_${serviceId}`, err: e.message }, 'load balancer could not be put back to its stored set; the keeper retries'),
+      );
     }
-    await storeListeners(trx, serviceId, applied);
-    return applied;
-  });
+    throw err;
+  }
 }
 
 const sameBackend = (b: { ip: string; port: number }, ip: string, port: number) => canonicalIp(b.ip) === canonicalIp(ip) && b.port === port;
