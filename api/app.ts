@@ -12,6 +12,7 @@ import { isMutation, toExpressPath, type AnyRoute, type ResponseSpec } from './r
 import { mountReferencePage } from './reference-page';
 import { mountMcp } from '../mcp/http';
 import { version as packageVersion } from '../package.json';
+import { clientIp, FORWARDED_CLIENT_HEADER, forwardedClient, isLoopback } from './client-address';
 
 const BODY_LIMIT = '1mb';
 /**
@@ -31,19 +32,6 @@ interface Locals {
 }
 
 const locals = (res: Response) => res.locals as Locals;
-
-/**
- * The client's address: the peer, or behind a trusted reverse proxy (TRUSTED_PROXIES, Express's
- * `trust proxy`) the nearest address in X-Forwarded-For that is not a trusted proxy.
- */
-export function clientIp(req: Request): string | null {
-  const addr = req.ip ?? req.socket.remoteAddress ?? null;
-  return addr?.startsWith('::ffff:') ? addr.slice(7) : addr;
-}
-
-export function isLoopback(ip: string | null): boolean {
-  return ip !== null && (ip === '::1' || ip.startsWith('127.'));
-}
 
 function channel(req: Request): 'api' | 'cli' | 'mcp' {
   const value = String(req.headers['cloud-channel'] ?? '').toLowerCase();
@@ -395,7 +383,7 @@ function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
       error_code: l.errorCode ?? null,
       scope_required: l.scope ?? null,
       credential_id: l.principal?.credentialId ?? null,
-      ip: clientIp(req),
+      ip: (req.headers[FORWARDED_CLIENT_HEADER] && forwardedClient(deps.keyring, req)) || clientIp(req),
       via: channel(req),
       duration_ms: Number((process.hrtime.bigint() - l.startedAt) / 1_000_000n),
       created_at: new Date(),

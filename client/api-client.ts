@@ -15,6 +15,8 @@ export interface ApiClientOptions {
   retries?: number;
   /** Per attempt (default 60 s). */
   timeoutMs?: number;
+  /** Sent with every request (a request's own headers win). */
+  headers?: Record<string, string>;
 }
 
 export interface ApiRequest {
@@ -98,6 +100,7 @@ export class ApiClient {
       accept: 'application/json',
       'cloud-channel': this.options.channel,
       'user-agent': this.options.userAgent ?? `cloud-${this.options.channel}`,
+      ...(this.options.headers ?? {}),
       ...(req.headers ?? {}),
     };
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;

@@ -3,6 +3,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { AnyRoute } from '../api/route';
 import type { AppDeps } from '../api/deps';
 import { ApiError } from '../api/errors';
+import { clientIp, forwardedClientHeader } from '../api/client-address';
 import { ApiClient } from '../client/api-client';
 import { clientRoutes } from '../client/from-route-table';
 import { createMcpServer } from './server';
@@ -43,7 +44,15 @@ export function mountMcp(app: Express, deps: AppDeps, table: AnyRoute[], version
   async function handle(req: Request, res: Response): Promise<void> {
     const principal = await deps.credentials.authenticate(req.headers.authorization);
     const readOnly = String(req.headers[READ_ONLY_HEADER] ?? '').toLowerCase() === 'true';
-    const api = new ApiClient({ baseUrl: selfUrl(req), token: bearer(req.headers.authorization), channel: 'mcp', userAgent: 'cloud-mcp-http' });
+    const client = clientIp(req);
+    const api = new ApiClient({
+      baseUrl: selfUrl(req),
+      token: bearer(req.headers.authorization),
+      channel: 'mcp',
+      userAgent: 'cloud-mcp-http',
+      // The tool calls' audit entries name the MCP client, not this server's own address.
+      headers: client ? forwardedClientHeader(deps.keyring, client) : undefined,
+    });
     const server = createMcpServer({
       routes,
       api,

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
 import { createApiKey, createService, createUser } from './helpers/fixtures';
 import { legacyRequestHash } from '../domain/idempotency';
-import { isLoopback } from '../api/app';
+import { isLoopback } from '../api/client-address';
 
 /** Conventions that hold for every route: ids, errors, body handling, idempotency, pagination, rate limits, audit. */
 let stack: Stack;

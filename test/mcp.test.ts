@@ -1,8 +1,11 @@
+import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { buildRouteTable } from '../api/routes';
+import { forwardedClientHeader } from '../api/client-address';
+import { Keyring } from '../common/crypto';
 import { snakeCase } from '../client/client-routes';
 import { startStack, type Stack } from './helpers/stack';
 import { createApiKey } from './helpers/fixtures';
@@ -42,6 +45,26 @@ async function connect(kind: Transport, token: string, opts: { readOnly?: boolea
   }
   clients.push(client);
   return client;
+}
+
+/** A fetch whose connections leave from `localAddress`, so that the client's address differs from the server's own. */
+function fetchFrom(localAddress: string) {
+  return (url: string | URL, init?: RequestInit): Promise<Response> =>
+    new Promise((resolve, reject) => {
+      const headers = Object.fromEntries(new Headers(init?.headers).entries());
+      const req = http.request(url, { method: init?.method ?? 'GET', headers, localAddress }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('error', reject);
+        res.on('end', () => {
+          const status = res.statusCode ?? 500;
+          const body = status === 202 || status === 204 ? null : Buffer.concat(chunks);
+          resolve(new Response(body, { status, headers: res.headers as Record<string, string> }));
+        });
+      });
+      req.on('error', reject);
+      req.end(init?.body == null ? undefined : String(init.body));
+    });
 }
 
 async function auditVia(via: string, since: string): Promise<any[]> {
@@ -209,6 +232,39 @@ describe('POST /mcp', () => {
     await stack.db('api_keys').where({ id: key.numericId }).update({ revoked_at: new Date() });
     await new Promise((r) => setTimeout(r, Number(stack.config.CREDENTIAL_CACHE_TTL) + 100));
     await expect(client.listTools()).rejects.toThrow(/api_key_revoked/);
+  });
+
+  it("records the MCP client as the tool calls' ip, not this server; a forwarding header this server did not sign is ignored", async () => {
+    const since = new Date().toISOString();
+    const client = new Client({ name: 'cloud-test', version: '1.0.0' });
+    const transport = new StreamableHTTPClientTransport(new URL(`${stack.url}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${ownerKey}` } },
+      fetch: fetchFrom('127.0.0.2'),
+    });
+    await client.connect(transport);
+    clients.push(client);
+    await client.callTool({ name: 'get_vps', arguments: { id: vps.id } });
+    const calls = (await auditVia('mcp', since)).filter((e) => e.path === `/v1/vps/${vps.id}`);
+    expect(calls.map((e) => e.ip)).toEqual(['127.0.0.2']);
+
+    // Straight to the API (peer 127.0.0.1) with the header: only one this server signed, and not aged, counts.
+    const keyring = stack.api.deps.keyring;
+    const ipOf = async (headers: Record<string, string>) => {
+      const res = await stack.http.get(`/v1/vps/${vps.id}`, { token: ownerKey, headers });
+      await stack.api.deps.audit.flush();
+      return (
+        await stack
+          .db('audit_logs')
+          .where({ request_id: res.headers.get('x-request-id') })
+          .first()
+      ).ip;
+    };
+    expect(await ipOf(forwardedClientHeader(keyring, '203.0.113.9'))).toBe('203.0.113.9');
+    const [, at, signature] = forwardedClientHeader(keyring, '203.0.113.9')['cloud-forwarded-client'].split(';');
+    expect(await ipOf({ 'cloud-forwarded-client': `198.51.100.7;${at};${signature}` })).toBe('127.0.0.1');
+    expect(await ipOf(forwardedClientHeader(new Keyring(Buffer.alloc(32, 7)), '203.0.113.9'))).toBe('127.0.0.1');
+    expect(await ipOf(forwardedClientHeader(keyring, '203.0.113.9', Date.now() - 2 * 3_600_000))).toBe('127.0.0.1');
+    expect(await ipOf({ 'cloud-forwarded-client': 'garbage' })).toBe('127.0.0.1');
   });
 
   it('answers other methods with 405', async () => {

@@ -4,7 +4,7 @@ import { hashPassword, needsRehash, sha256Hex, verifyPassword } from '../../comm
 import { newSessionToken } from '../../domain/credentials';
 import { ApiError } from '../errors';
 import { defineRoute } from '../route';
-import { clientIp } from '../app';
+import { clientIp } from '../client-address';
 import { SessionSchema } from '../schemas';
 
 // Verified when the email is unknown, so both failures take the same time.

@@ -1,0 +1,46 @@
+import type { Request } from 'express';
+import { constantTimeEqual, type Keyring } from '../common/crypto';
+
+/**
+ * The client's address: the peer, or behind a trusted reverse proxy (TRUSTED_PROXIES, Express's
+ * `trust proxy`) the nearest address in X-Forwarded-For that is not a trusted proxy.
+ */
+export function clientIp(req: Request): string | null {
+  const addr = req.ip ?? req.socket.remoteAddress ?? null;
+  return addr?.startsWith('::ffff:') ? addr.slice(7) : addr;
+}
+
+export function isLoopback(ip: string | null): boolean {
+  return ip !== null && (ip === '::1' || ip.startsWith('127.'));
+}
+
+/**
+ * The client behind a call this server makes to itself. The MCP endpoint (`POST /mcp`) runs each
+ * tool as a request back into this server over HTTP, whose peer is this server: the audit log would
+ * record its own address instead of the MCP client's. The endpoint names the client in a header
+ * that only a process holding CLOUD_MASTER_KEY can sign (any API process, so it holds with
+ * API_PROCESSES > 1); a header that does not verify, or has aged, is ignored.
+ */
+export const FORWARDED_CLIENT_HEADER = 'cloud-forwarded-client';
+const PURPOSE = 'forwarded-client';
+/** Long enough for the tool calls of one MCP request; bounds the replay of a header seen on loopback. */
+const MAX_AGE_MS = 60 * 60_000;
+
+const signed = (ip: string, at: string) => `${ip}\n${at}`;
+
+/** `{ip};{ms since epoch};{signature}` for the self-calls made on behalf of the client at `ip`. */
+export function forwardedClientHeader(keyring: Keyring, ip: string, now = Date.now()): Record<string, string> {
+  const at = String(now);
+  return { [FORWARDED_CLIENT_HEADER]: `${ip};${at};${keyring.sign(PURPOSE, signed(ip, at)).toString('base64url')}` };
+}
+
+/** The client's address a self-call carries, or null when it carries none that verifies. */
+export function forwardedClient(keyring: Keyring, req: Request, now = Date.now()): string | null {
+  const value = req.headers[FORWARDED_CLIENT_HEADER];
+  if (typeof value !== 'string') return null;
+  const [ip, at, signature, ...rest] = value.split(';');
+  if (!ip || !at || !signature || rest.length > 0 || !/^\d{1,15}$/.test(at)) return null;
+  const age = now - Number(at);
+  if (age < -60_000 || age > MAX_AGE_MS) return null;
+  return constantTimeEqual(Buffer.from(signature, 'base64url'), keyring.sign(PURPOSE, signed(ip, at))) ? ip : null;
+}
