@@ -7,7 +7,8 @@ import { createHash } from 'node:crypto';
  * Names crossing this interface are absolute, lower case, in ASCII (punycode), without the trailing
  * dot: `example.org`, `www.example.org`, `_sip._tcp.example.org`. Values are record contents in the
  * zone-file presentation form the server keeps (`10 mail.example.org.`, `"v=spf1 -all"`), which the
- * callers produce with domain/dns/values.ts; a server refuses content it would store differently.
+ * callers produce with providers/dns.values.ts (the server's grammar, which the API checks values
+ * with); a server refuses content it would store differently.
  *
  * Every method throws only the errors of providers/errors.ts: BackendUnavailableError when the
  * server does not answer, BackendRefusedError when it refuses the change (bad content, a name out of

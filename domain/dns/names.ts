@@ -1,5 +1,6 @@
-import { domainToASCII } from 'node:url';
 import { validationFailed } from '../../api/errors';
+import { MAX_NAME_LENGTH, OWNER_LABEL, normalizeTarget as targetOf, stripDot, toAscii } from '../../providers/dns.values';
+import { asValidationError } from './values';
 
 /**
  * Zone and record names. Inside the control plane a name is absolute, lower case, ASCII (IDN as
@@ -7,23 +8,7 @@ import { validationFailed } from '../../api/errors';
  * relative to their zone (`www`, `@` for the apex); an absolute name inside the zone is accepted too.
  */
 export const APEX = '@';
-const MAX_NAME_LENGTH = 253;
 const LDH_LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
-/** Owner names also carry service labels (`_sip._tcp`, `_dmarc`) and hyphens anywhere. */
-const OWNER_LABEL = /^[a-z0-9_-]{1,63}$/;
-
-/** Lower case, no trailing dot, IDN to punycode; '' when the text is not a domain name at all. */
-function toAscii(input: string): string {
-  const trimmed = input.trim();
-  // domainToASCII parses a URL host: it would drop a "/path" or "?query" and decode "%41", so any ASCII
-  // character a DNS name cannot hold is refused before it gets there.
-  if (trimmed === '' || [...trimmed].some((c) => c < '\u0080' && !/[A-Za-z0-9_.*-]/.test(c))) return '';
-  return domainToASCII(trimmed).toLowerCase();
-}
-
-function stripDot(name: string): string {
-  return name.endsWith('.') ? name.slice(0, -1) : name;
-}
 
 /**
  * A zone name as the control plane keeps it: `Bücher.Example.` -> `xn--bcher-kva.example`. At least
@@ -95,18 +80,9 @@ export function relativeName(fqdn: string, zone: string): string {
 /**
  * A host name inside record data (CNAME, NS, PTR, MX and SRV targets), always absolute: a trailing
  * dot is optional on input and present in the result (`Mail.Example.org` -> `mail.example.org.`).
- * `allowRoot` admits `.` (null MX, "no service" SRV).
+ * `allowRoot` admits `.` (null MX, "no service" SRV). The rule is the DNS server's
+ * (providers/dns.values.ts); a name it refuses is `400 validation_failed` at `param`.
  */
 export function normalizeTarget(input: string, param: string, allowRoot = false): string {
-  const raw = input.trim();
-  if (raw === '.') {
-    if (allowRoot) return '.';
-    throw validationFailed([{ param, message: '"." (the root) is not a valid target here.' }]);
-  }
-  const ascii = stripDot(toAscii(raw));
-  const labels = ascii.split('.');
-  if (!ascii || ascii.length > MAX_NAME_LENGTH || !labels.every((l) => OWNER_LABEL.test(l))) {
-    throw validationFailed([{ param, message: `"${input}" is not a valid host name.` }]);
-  }
-  return `${ascii}.`;
+  return asValidationError(() => targetOf(input, param, allowRoot));
 }

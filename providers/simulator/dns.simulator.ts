@@ -1,6 +1,4 @@
 import type { Knex } from 'knex';
-import { ApiError } from '../../api/errors';
-import { canonicalValue } from '../../domain/dns/values';
 import { formatZoneFile } from '../dns.zone-file';
 import {
   compareRRsets,
@@ -12,6 +10,7 @@ import {
   type RRsetType,
   type ZoneDefaults,
 } from '../dns.provider';
+import { canonicalValue, DnsValueError } from '../dns.values';
 import { BackendGoneError, BackendRefusedError } from '../errors';
 import { simulatedDelay } from '../switchboard';
 
@@ -196,7 +195,7 @@ export class DnsSimulator implements DnsProvider {
       try {
         canonical = canonicalValue(rrset.type, value, 'value');
       } catch (err) {
-        const why = err instanceof ApiError ? err.message.replace(/^value: /, '') : 'not valid';
+        const why = err instanceof DnsValueError ? err.message : 'not valid';
         throw new BackendRefusedError(
           this.backend,
           `The DNS server refused the change: Record ${rrset.name}./${rrset.type} '${value}': ${why}`,
