@@ -111,6 +111,30 @@ describe('the audit write queue', () => {
     );
     await down.destroy();
   });
+
+  it('writes a batch exactly as recorded: quotes, backslashes, control characters, non-ASCII text, nulls', async () => {
+    const writer = new AuditWriter(stack.db, createLogger('silent', 'test'), 10_000);
+    const odd = ['/v1/services/"quoted"\\back\\slash', '/v1/tab\there\nline\r\u0001', '/v1/café/日本/🚀/\u00ff', "/v1/it's%00%ZZ", '/v1/' + 'x'.repeat(4000)];
+    const entries: AuditEntry[] = odd.map((path, i) => ({
+      request_id: `req_exact_${i}`,
+      account_id: i % 2 ? null : stack.owner.accountId,
+      method: 'PATCH',
+      path,
+      route: i % 2 ? null : '/v1/services/{id}',
+      status: 400 + i,
+      error_code: i % 2 ? null : 'validation_failed',
+      scope_required: i % 2 ? null : 'services:write',
+      credential_id: i % 2 ? null : 'key_1',
+      ip: i % 2 ? null : '2001:db8::1',
+      via: 'mcp',
+      duration_ms: 12_345 + i,
+      created_at: new Date(Date.UTC(2026, 10, 24, 5, 6, 7, 89 + i)),
+    }));
+    for (const e of entries) writer.record(e);
+    await writer.close();
+    const rows = await stack.db('audit_logs').where('request_id', 'like', 'req_exact_%').orderBy('request_id');
+    expect(rows.map(({ id: _id, ...row }) => ({ ...row, account_id: row.account_id === null ? null : Number(row.account_id) }))).toEqual(entries);
+  });
 });
 
 describe('rate-limit tiers', () => {
