@@ -198,8 +198,16 @@ function startStatement(guards: OperationGuard[]): { name: string; text: string;
   const text =
     `with ${ctes.join(', ')} select ` +
     [...guards.map((_, i) => `(select row_to_json(g${i}) from g${i}) as g${i}`), '(select row_to_json(ins) from ins) as op'].join(', ');
-  return { name: `operations-start-${createHash('md5').update(text).digest('hex').slice(0, 12)}`, text, values };
+  let name = startStatementNames.get(text);
+  if (!name) {
+    name = `operations-start-${createHash('md5').update(text).digest('hex').slice(0, 12)}`;
+    if (startStatementNames.size < 1_000) startStatementNames.set(text, name);
+  }
+  return { name, text, values };
 }
+
+/** The start statement's name by text: the routes use a handful of guard shapes, each hashed once. */
+const startStatementNames = new Map<string, string>();
 
 interface CacheEntry {
   at: number;
