@@ -19,12 +19,13 @@ export function isLoopback(ip: string | null): boolean {
  * tool as a request back into this server over HTTP, whose peer is this server: the audit log would
  * record its own address instead of the MCP client's. The endpoint names the client in a header
  * that only a process holding CLOUD_MASTER_KEY can sign (any API process, so it holds with
- * API_PROCESSES > 1); a header that does not verify, or has aged, is ignored.
+ * API_PROCESSES > 1). The header counts only on a connection from this host's own address to itself
+ * (where the self-calls come from), when it verifies and has not aged; otherwise it is ignored.
  */
 export const FORWARDED_CLIENT_HEADER = 'cloud-forwarded-client';
 const PURPOSE = 'forwarded-client';
-/** Long enough for the tool calls of one MCP request; bounds the replay of a header seen on loopback. */
-const MAX_AGE_MS = 60 * 60_000;
+/** Long enough for the tool calls of one MCP request (a wait lasts at most 60 s); bounds a replay. */
+const MAX_AGE_MS = 10 * 60_000;
 
 const signed = (ip: string, at: string) => `${ip}\n${at}`;
 
@@ -37,7 +38,7 @@ export function forwardedClientHeader(keyring: Keyring, ip: string, now = Date.n
 /** The client's address a self-call carries, or null when it carries none that verifies. */
 export function forwardedClient(keyring: Keyring, req: Request, now = Date.now()): string | null {
   const value = req.headers[FORWARDED_CLIENT_HEADER];
-  if (typeof value !== 'string') return null;
+  if (typeof value !== 'string' || !req.socket.remoteAddress || req.socket.remoteAddress !== req.socket.localAddress) return null;
   const [ip, at, signature, ...rest] = value.split(';');
   if (!ip || !at || !signature || rest.length > 0 || !/^\d{1,15}$/.test(at)) return null;
   const age = now - Number(at);

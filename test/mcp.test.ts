@@ -263,8 +263,23 @@ describe('POST /mcp', () => {
     const [, at, signature] = forwardedClientHeader(keyring, '203.0.113.9')['cloud-forwarded-client'].split(';');
     expect(await ipOf({ 'cloud-forwarded-client': `198.51.100.7;${at};${signature}` })).toBe('127.0.0.1');
     expect(await ipOf(forwardedClientHeader(new Keyring(Buffer.alloc(32, 7)), '203.0.113.9'))).toBe('127.0.0.1');
-    expect(await ipOf(forwardedClientHeader(keyring, '203.0.113.9', Date.now() - 2 * 3_600_000))).toBe('127.0.0.1');
+    expect(await ipOf(forwardedClientHeader(keyring, '203.0.113.9', Date.now() - 11 * 60_000))).toBe('127.0.0.1');
+    expect(await ipOf(forwardedClientHeader(keyring, '203.0.113.9', Date.now() + 5 * 60_000))).toBe('127.0.0.1');
     expect(await ipOf({ 'cloud-forwarded-client': 'garbage' })).toBe('127.0.0.1');
+    expect(await ipOf(forwardedClientHeader(keyring, '2001:db8::7'))).toBe('2001:db8::7');
+    // Even a good header counts only on a connection from this host's own address: not from 127.0.0.2.
+    const fromElsewhere = await fetchFrom('127.0.0.2')(`${stack.url}/v1/vps/${vps.id}`, {
+      headers: { authorization: `Bearer ${ownerKey}`, ...forwardedClientHeader(keyring, '203.0.113.9') },
+    });
+    await stack.api.deps.audit.flush();
+    expect(
+      (
+        await stack
+          .db('audit_logs')
+          .where({ request_id: fromElsewhere.headers.get('x-request-id') })
+          .first()
+      ).ip,
+    ).toBe('127.0.0.2');
   });
 
   it('answers other methods with 405', async () => {
