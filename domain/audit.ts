@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from '../common/logger';
+import { isDatabaseUnavailable } from '../db/errors';
 import { preparedQuery } from '../db/knex';
 
 export interface AuditEntry {
@@ -41,9 +42,10 @@ const TYPES = ['text', 'bigint', 'text', 'text', 'text', 'int', 'text', 'text', 
  * A batch as one JSON parameter, whatever its size: JSON.stringify is native, where one array per
  * column had the driver escape every value in JavaScript (3 % of the API's CPU on a cached read),
  * and a multi-row VALUES costs the query builder 13 parameters per row. The entries hold our own
- * strings and the request's path, which Node's parser accepts only in ASCII (it answers 400 to any
- * other byte in the request line), so none carries a lone surrogate or a NUL that PostgreSQL's JSON
- * parser would refuse.
+ * strings, the request's path, which Node's parser accepts only in ASCII (it answers 400 to any
+ * other byte in the request line), and the client's address (the peer's, or from X-Forwarded-For
+ * behind a trusted proxy, read as Latin-1), so none carries a lone surrogate or a NUL that
+ * PostgreSQL's JSON parser would refuse. Should one ever be refused, it is left out alone.
  */
 const INSERT_BATCH =
   `insert into audit_logs (${COLUMNS.join(', ')}) select ${COLUMNS.join(', ')} ` +
@@ -69,6 +71,8 @@ export class AuditWriter {
   private droppedCount = 0;
   /** Every entry dropped since the process started. */
   droppedTotal = 0;
+  /** Every entry PostgreSQL refused since the process started (never seen: the API writes none it would refuse). */
+  refusedTotal = 0;
 
   constructor(
     private readonly db: Knex,
@@ -124,10 +128,16 @@ export class AuditWriter {
   private async writeQueued(): Promise<void> {
     this.reportDropped();
     while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.batchSize);
+      let batch = this.queue.splice(0, this.batchSize);
       try {
-        await preparedQuery(this.db, 'audit-insert-batch', INSERT_BATCH, [JSON.stringify(batch)]);
+        await this.insert(batch);
       } catch (err) {
+        if (!isDatabaseUnavailable(err)) {
+          // PostgreSQL refused the batch's data, not the connection: an entry it will never take
+          // must not hold up the others (the batch would come back at the head of the queue forever).
+          batch = await this.insertOneByOne(batch);
+          if (batch.length === 0) continue;
+        }
         // Put the batch back and retry on the next flush rather than dropping audit records.
         this.queue.unshift(...batch);
         this.logger.error({ err: (err as Error).message, pending: this.queue.length }, 'audit write failed; will retry');
@@ -135,5 +145,23 @@ export class AuditWriter {
         return;
       }
     }
+  }
+
+  private insert(batch: AuditEntry[]): Promise<unknown> {
+    return preparedQuery(this.db, 'audit-insert-batch', INSERT_BATCH, [JSON.stringify(batch)]);
+  }
+
+  /** Writes the entries one at a time, leaving out (and logging) any PostgreSQL refuses; returns the rest if it stops answering. */
+  private async insertOneByOne(batch: AuditEntry[]): Promise<AuditEntry[]> {
+    for (let i = 0; i < batch.length; i++) {
+      try {
+        await this.insert([batch[i]]);
+      } catch (err) {
+        if (isDatabaseUnavailable(err)) return batch.slice(i);
+        this.refusedTotal += 1;
+        this.logger.error({ err: (err as Error).message, request_id: batch[i].request_id }, 'audit entry refused by the database; it is not written');
+      }
+    }
+    return [];
   }
 }

@@ -112,6 +112,39 @@ describe('the audit write queue', () => {
     await down.destroy();
   });
 
+  it('leaves out an entry PostgreSQL refuses and writes the rest of its batch; later batches are not held up', async () => {
+    const lines: string[] = [];
+    const logger = createLogger('info', 'test', { write: (line: string) => void lines.push(line) });
+    const writer = new AuditWriter(stack.db, logger, 10_000);
+    const entry = (id: string, path: unknown): AuditEntry => ({
+      request_id: id,
+      account_id: stack.owner.accountId,
+      method: 'GET',
+      path: path as string,
+      route: null,
+      status: 200,
+      error_code: null,
+      scope_required: null,
+      credential_id: null,
+      ip: '127.0.0.1',
+      via: 'api',
+      duration_ms: 1,
+      created_at: new Date(),
+    });
+    writer.record(entry('req_poison_a', '/v1/a'));
+    writer.record(entry('req_poison_b', null)); // audit_logs.path is NOT NULL
+    writer.record(entry('req_poison_c', '/v1/c'));
+    await writer.flush();
+    writer.record(entry('req_poison_d', '/v1/d'));
+    await writer.close();
+    const written = await stack.db('audit_logs').where('request_id', 'like', 'req_poison_%').orderBy('request_id');
+    expect(written.map((r) => r.request_id)).toEqual(['req_poison_a', 'req_poison_c', 'req_poison_d']);
+    expect(writer.refusedTotal).toBe(1);
+    const refused = lines.map((l) => JSON.parse(l)).filter((l) => l.request_id === 'req_poison_b');
+    expect(refused).toHaveLength(1);
+    expect(refused[0].msg).toMatch(/refused by the database/);
+  });
+
   it('writes a batch exactly as recorded: quotes, backslashes, control characters, non-ASCII text, nulls', async () => {
     const writer = new AuditWriter(stack.db, createLogger('silent', 'test'), 10_000);
     const odd = ['/v1/services/"quoted"\\back\\slash', '/v1/tab\there\nline\r\u0001', '/v1/café/日本/🚀/\u00ff', "/v1/it's%00%ZZ", '/v1/' + 'x'.repeat(4000)];
