@@ -338,6 +338,14 @@ describe('load balancers on HAProxy, over HTTP', () => {
     expect(await reconcileBalancer(deps, serviceId)).toBe('reapplied');
     expect(await reconcileBalancer(deps, serviceId)).toBe('in step');
     expect(await running()).toEqual(before);
+
+    // A stopped balancer whose files hold another set starts again with the stored one.
+    await lb.stop(serviceId);
+    await lb.apply(serviceId, onlyOneApplied);
+    await new BalancerKeeper({ ...deps, intervalMs: 60_000 }).pass();
+    expect(await lb.status(serviceId)).toMatchObject({ state: 'running' });
+    expect(await running()).toEqual(before);
+    expect(await bothBackends()).toEqual(['one', 'one', 'two', 'two']);
   });
 
   it('PUT [] cuts the traffic', async () => {
