@@ -471,13 +471,15 @@ async function main() {
   // Summary.
   const bareRuns = runs.filter((r) => r.url.endsWith('/list'));
   const baseline = bareRuns.reduce((s, r) => s + r.rps, 0) / bareRuns.length;
-  console.log(`\nbaseline (mean of ${bareRuns.length} bare list runs): ${Math.round(baseline)} req/s`);
+  // `--only=post` has no bare runs, and no ratio to them.
+  const ofBare = (rps: number) => (bareRuns.length > 0 ? `${Math.round((rps / baseline) * 100)} %` : '—');
+  if (bareRuns.length > 0) console.log(`\nbaseline (mean of ${bareRuns.length} bare list runs): ${Math.round(baseline)} req/s`);
   console.log('\n| Run | req/s | % of bare | p50 ms | p99 ms | max ms | server CPU ms/req | others (cores) | non-2xx | received / audited |');
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of runs) {
     const audit = r.audited === undefined ? '—' : `${r.received} / ${r.audited}`;
     console.log(
-      `| ${r.name} | ${r.rps} | ${Math.round((r.rps / baseline) * 100)} % | ${r.p50} | ${r.p99} | ${r.max} | ${r.serverCpuMs} | ${r.cores.others} | ${r.non2xx + r.errors + r.timeouts} | ${audit} |`,
+      `| ${r.name} | ${r.rps} | ${ofBare(r.rps)} | ${r.p50} | ${r.p99} | ${r.max} | ${r.serverCpuMs} | ${r.cores.others} | ${r.non2xx + r.errors + r.timeouts} | ${audit} |`,
     );
   }
   if (ROUNDS > 1) {
@@ -492,7 +494,7 @@ async function main() {
       if (name.endsWith('(again)')) continue;
       const rps = median(rs.map((r) => r.rps));
       console.log(
-        `| ${name} | ${rps} | ${Math.round((rps / bareMedian) * 100)} % | ${median(rs.map((r) => r.p50))} | ${median(rs.map((r) => r.p99))} | ${median(rs.map((r) => r.serverCpuMs))} | ${median(rs.map((r) => r.cores.others))} |`,
+        `| ${name} | ${rps} | ${bareRuns.length > 0 ? `${Math.round((rps / bareMedian) * 100)} %` : '—'} | ${median(rs.map((r) => r.p50))} | ${median(rs.map((r) => r.p99))} | ${median(rs.map((r) => r.serverCpuMs))} | ${median(rs.map((r) => r.cores.others))} |`,
       );
     }
   }
