@@ -62,7 +62,10 @@ describe('kit boundaries', () => {
     // the domain uses them and adds the API's 400 (domain/lb/listeners.ts, domain/dns/values.ts), never the other way round.
     const offenders = files
       .filter(({ file }) => file.startsWith('providers/'))
-      .flatMap(({ file, text }) => [...text.matchAll(/from '((\.\.\/)+(domain|api|activities|workers)\/[^']*)'/g)].map((m) => `${file}: ${m[1]}`));
+      // Static imports, and dynamic import() and require() too.
+      .flatMap(({ file, text }) =>
+        [...text.matchAll(/(?:from |import\(|require\()\s*['"]((\.\.\/)+(domain|api|activities|workers)\/[^'"]*)['"]/g)].map((m) => `${file}: ${m[1]}`),
+      );
     expect(offenders).toEqual([]);
   });
 });
