@@ -12,7 +12,7 @@ import { isMutation, toExpressPath, type AnyRoute, type ResponseSpec } from './r
 import { mountReferencePage } from './reference-page';
 import { mountMcp } from '../mcp/http';
 import { version as packageVersion } from '../package.json';
-import { clientIp, FORWARDED_CLIENT_HEADER, forwardedClient, isLoopback } from './client-address';
+import { clientIp, forwardedClient, isLoopback } from './client-address';
 
 const BODY_LIMIT = '1mb';
 /**
@@ -383,7 +383,7 @@ function recordAuditOnFinish(deps: AppDeps, req: Request, res: Response) {
       error_code: l.errorCode ?? null,
       scope_required: l.scope ?? null,
       credential_id: l.principal?.credentialId ?? null,
-      ip: (req.headers[FORWARDED_CLIENT_HEADER] && forwardedClient(deps.keyring, req)) || clientIp(req),
+      ip: forwardedClient(deps.keyring, req) ?? clientIp(req),
       via: channel(req),
       duration_ms: Number((process.hrtime.bigint() - l.startedAt) / 1_000_000n),
       created_at: new Date(),
