@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, type Stack } from './helpers/stack';
+import { auditRowOf, startStack, type Stack } from './helpers/stack';
 import { AuditWriter, type AuditEntry } from '../domain/audit';
 import { createLogger } from '../common/logger';
 import { createDb } from '../db/knex';
@@ -12,13 +12,7 @@ beforeAll(async () => {
 });
 afterAll(() => stack?.close());
 
-async function auditRow(res: { headers: Headers }) {
-  await stack.api.deps.audit.flush();
-  return stack
-    .db('audit_logs')
-    .where({ request_id: res.headers.get('x-request-id') })
-    .first();
-}
+const auditRow = (res: { headers: Headers }) => auditRowOf(stack, res);
 
 describe('routing and the audit log', () => {
   it('routes case-sensitively: /V1/... runs no handler, and the probe is still audited', async () => {
@@ -77,27 +71,30 @@ describe('input limits', () => {
 });
 
 describe('the audit write queue', () => {
+  /** A plain entry of the owner's account, as the API records a 200 to `GET /v1/services`. */
+  const auditEntry = (requestId: string, fields: Partial<AuditEntry> = {}): AuditEntry => ({
+    request_id: requestId,
+    account_id: stack.owner.accountId,
+    method: 'GET',
+    path: '/v1/services',
+    route: null,
+    status: 200,
+    error_code: null,
+    scope_required: null,
+    credential_id: null,
+    ip: '127.0.0.1',
+    via: 'api',
+    duration_ms: 1,
+    created_at: new Date(),
+    ...fields,
+  });
+
   it('is bounded while PostgreSQL does not answer, says what it drops, and writes the rest when it is back', async () => {
     const lines: string[] = [];
     const logger = createLogger('error', 'test', { write: (line: string) => void lines.push(line) });
     const down = createDb('postgres://cloud:cloud@127.0.0.1:1/nowhere', 1);
     const writer = new AuditWriter(down, logger, 10, 500, 5);
-    const entry = (i: number): AuditEntry => ({
-      request_id: `req_bounded_${i}`,
-      account_id: stack.owner.accountId,
-      method: 'GET',
-      path: '/v1/services',
-      route: '/v1/services',
-      status: 200,
-      error_code: null,
-      scope_required: null,
-      credential_id: null,
-      ip: '127.0.0.1',
-      via: 'api',
-      duration_ms: 1,
-      created_at: new Date(),
-    });
-    for (let i = 0; i < 12; i++) writer.record(entry(i));
+    for (let i = 0; i < 12; i++) writer.record(auditEntry(`req_bounded_${i}`, { route: '/v1/services' }));
     await writer.flush();
     expect(writer.droppedTotal).toBe(7);
     const reports = lines.map((l) => JSON.parse(l)).filter((l) => l.dropped !== undefined);
@@ -116,26 +113,11 @@ describe('the audit write queue', () => {
     const lines: string[] = [];
     const logger = createLogger('info', 'test', { write: (line: string) => void lines.push(line) });
     const writer = new AuditWriter(stack.db, logger, 10_000);
-    const entry = (id: string, path: unknown): AuditEntry => ({
-      request_id: id,
-      account_id: stack.owner.accountId,
-      method: 'GET',
-      path: path as string,
-      route: null,
-      status: 200,
-      error_code: null,
-      scope_required: null,
-      credential_id: null,
-      ip: '127.0.0.1',
-      via: 'api',
-      duration_ms: 1,
-      created_at: new Date(),
-    });
-    writer.record(entry('req_poison_a', '/v1/a'));
-    writer.record(entry('req_poison_b', null)); // audit_logs.path is NOT NULL
-    writer.record(entry('req_poison_c', '/v1/c'));
+    writer.record(auditEntry('req_poison_a', { path: '/v1/a' }));
+    writer.record(auditEntry('req_poison_b', { path: null as never })); // audit_logs.path is NOT NULL
+    writer.record(auditEntry('req_poison_c', { path: '/v1/c' }));
     await writer.flush();
-    writer.record(entry('req_poison_d', '/v1/d'));
+    writer.record(auditEntry('req_poison_d', { path: '/v1/d' }));
     await writer.close();
     const written = await stack.db('audit_logs').where('request_id', 'like', 'req_poison_%').orderBy('request_id');
     expect(written.map((r) => r.request_id)).toEqual(['req_poison_a', 'req_poison_c', 'req_poison_d']);

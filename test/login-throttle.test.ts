@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApi } from '../api/bootstrap';
 import { httpClient, type HttpClient } from './helpers/http';
-import { startStack, type Stack } from './helpers/stack';
+import { auditRowOf, startStack, type Stack } from './helpers/stack';
 import { createUser, FIXTURE_PASSWORD } from './helpers/fixtures';
 
 /**
@@ -105,15 +105,7 @@ describe('retention', () => {
 describe('trusted proxies', () => {
   it('takes the client address from X-Forwarded-For of a trusted proxy, in the audit log and for /_dev', async () => {
     const res = await stack.http.get('/v1/services', { token: stack.owner.key, headers: { 'x-forwarded-for': '203.0.113.9, 127.0.0.1' } });
-    await stack.api.deps.audit.flush();
-    expect(
-      (
-        await stack
-          .db('audit_logs')
-          .where({ request_id: res.headers.get('x-request-id') })
-          .first()
-      ).ip,
-    ).toBe('203.0.113.9');
+    expect((await auditRowOf(stack, res)).ip).toBe('203.0.113.9');
     // A remote client behind the local proxy is not on loopback: the /_dev stand-ins do not exist for it.
     const dev = await stack.http.post('/_dev/backends/vps/outage', {
       body: { down: false },
@@ -129,15 +121,7 @@ describe('trusted proxies', () => {
     const plain = await startStack({ temporal: 'none', env: { LOGIN_MAX_ATTEMPTS_PER_IP: '2' } });
     try {
       const res = await plain.http.get('/v1/services', { token: plain.owner.key, headers: { 'x-forwarded-for': '203.0.113.10' } });
-      await plain.api.deps.audit.flush();
-      expect(
-        (
-          await plain
-            .db('audit_logs')
-            .where({ request_id: res.headers.get('x-request-id') })
-            .first()
-        ).ip,
-      ).toBe('127.0.0.1');
+      expect((await auditRowOf(plain, res)).ip).toBe('127.0.0.1');
       // A client cannot dodge the per-IP count by inventing addresses.
       const statuses = [];
       for (let i = 0; i < 3; i++) statuses.push((await signIn(plain.http, `x${i}@nowhere.example`, 'x', { 'x-forwarded-for': `192.0.2.${i}` })).status);

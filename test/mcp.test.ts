@@ -7,7 +7,7 @@ import { buildRouteTable } from '../api/routes';
 import { forwardedClientHeader } from '../api/client-address';
 import { Keyring } from '../common/crypto';
 import { snakeCase } from '../client/client-routes';
-import { startStack, type Stack } from './helpers/stack';
+import { auditRowOf, startStack, type Stack } from './helpers/stack';
 import { createApiKey } from './helpers/fixtures';
 import { CLOUD_BIN, cliHome } from './helpers/cli';
 import { createVps, type TestVps } from './vps.support';
@@ -249,16 +249,8 @@ describe('POST /mcp', () => {
 
     // Straight to the API (peer 127.0.0.1) with the header: only one this server signed, and not aged, counts.
     const keyring = stack.api.deps.keyring;
-    const ipOf = async (headers: Record<string, string>) => {
-      const res = await stack.http.get(`/v1/vps/${vps.id}`, { token: ownerKey, headers });
-      await stack.api.deps.audit.flush();
-      return (
-        await stack
-          .db('audit_logs')
-          .where({ request_id: res.headers.get('x-request-id') })
-          .first()
-      ).ip;
-    };
+    const ipOf = async (headers: Record<string, string>) =>
+      (await auditRowOf(stack, await stack.http.get(`/v1/vps/${vps.id}`, { token: ownerKey, headers }))).ip;
     expect(await ipOf(forwardedClientHeader(keyring, '203.0.113.9'))).toBe('203.0.113.9');
     const [, at, signature] = forwardedClientHeader(keyring, '203.0.113.9')['cloud-forwarded-client'].split(';');
     expect(await ipOf({ 'cloud-forwarded-client': `198.51.100.7;${at};${signature}` })).toBe('127.0.0.1');
@@ -271,15 +263,7 @@ describe('POST /mcp', () => {
     const fromElsewhere = await fetchFrom('127.0.0.2')(`${stack.url}/v1/vps/${vps.id}`, {
       headers: { authorization: `Bearer ${ownerKey}`, ...forwardedClientHeader(keyring, '203.0.113.9') },
     });
-    await stack.api.deps.audit.flush();
-    expect(
-      (
-        await stack
-          .db('audit_logs')
-          .where({ request_id: fromElsewhere.headers.get('x-request-id') })
-          .first()
-      ).ip,
-    ).toBe('127.0.0.2');
+    expect((await auditRowOf(stack, fromElsewhere)).ip).toBe('127.0.0.2');
   });
 
   it('answers other methods with 405', async () => {

@@ -165,3 +165,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     },
   };
 }
+
+/** The `audit_logs` row of an answer (by its X-Request-Id), once the API's audit queue is written. */
+export async function auditRowOf(stack: Pick<Stack, 'api' | 'db'>, res: { headers: Headers }): Promise<any> {
+  await stack.api.deps.audit.flush();
+  return stack
+    .db('audit_logs')
+    .where({ request_id: res.headers.get('x-request-id') })
+    .first();
+}
