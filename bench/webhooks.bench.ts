@@ -25,7 +25,7 @@
  * and a workflow would be started only for retries. It is a prototype for this measurement only: it
  * has no retry path, so it fails the run if any first attempt fails.
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -82,8 +82,14 @@ async function main() {
     },
   });
   const taskQueue = `bench-${randomBytes(4).toString('hex')}`;
+  // The worker runs with all its background services, as in production; their load balancers and
+  // database instances live in directories of the bench's own, never in the checkout's .data/ (the
+  // instance keeper would start `npm start`'s instances there).
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'webhooks-bench-'));
+  const dataDirs = { LB_DATA_DIR: path.join(dataDir, 'lb'), DBAAS_DATA_DIR: path.join(dataDir, 'dbaas') };
   const config = loadConfig({
     ...process.env,
+    ...dataDirs,
     DATABASE_URL: database.url,
     DATABASE_POOL_MAX: '20',
     TEMPORAL_TASK_QUEUE: taskQueue,
@@ -142,6 +148,7 @@ async function main() {
       cwd: root,
       env: {
         ...process.env,
+        ...dataDirs,
         DATABASE_URL: database.url,
         DATABASE_POOL_MAX: '20',
         TEMPORAL_ADDRESS: env.address,
@@ -361,6 +368,7 @@ async function main() {
   await api.close();
   await env.teardown();
   await database.drop();
+  rmSync(dataDir, { recursive: true, force: true });
   if (!ok) {
     console.error('FAILED: deliveries lost, unrecorded or badly signed');
     process.exit(1);
