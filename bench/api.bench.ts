@@ -139,6 +139,17 @@ const load = () =>
     .map((n) => n.toFixed(2))
     .join(' ');
 
+/** A function that `parties` callers await: it runs `then` once the last of them has called it, and resolves them all together. */
+function barrier(parties: number, then: () => Promise<void>): () => Promise<void> {
+  let arrived = 0;
+  let open: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return async () => {
+    if (++arrived === parties) await then().then(() => open());
+    await opened;
+  };
+}
+
 /** Runs before every measured window, after its warm-up (main reads our PostgreSQL backends again: the pools open connections as they need them). */
 let beforeEachWindow: () => Promise<void> = async () => {};
 
@@ -150,12 +161,14 @@ async function measure(
   auditCount?: () => Promise<number>,
   profile?: { child: ChildProcess },
   options: Partial<Parameters<typeof autocannon>[0]> = {},
+  /** Resolves when the measured window may start (a window run beside another waits for it here). */
+  windowStart: () => Promise<void> = beforeEachWindow,
 ): Promise<Run> {
   if (WARMUP > 0) await autocannon({ url, connections: CONNECTIONS, duration: WARMUP, headers, ...options });
   // Let the warm-up's last requests finish (and be recorded) before counting.
   await new Promise((r) => setTimeout(r, 500));
-  await beforeEachWindow();
   const auditBefore = auditCount ? await auditCount() : 0;
+  await windowStart();
   const profileFile = path.join(os.tmpdir(), `api-bench-${name.replace(/[^a-z0-9]+/gi, '-')}-${Date.now()}.cpuprofile`);
   if (profile) await request(profile.child, { type: 'profile-start' }, 'profile-started');
   const loadBefore = load();
@@ -193,7 +206,7 @@ async function measure(
     run.audited = (await auditCount()) - auditBefore;
   }
   console.log(
-    `  ${name.padEnd(34)} ${String(run.rps).padStart(6)} req/s  p50 ${run.p50} ms  p90 ${run.p90} ms  p99 ${run.p99} ms  max ${run.max} ms  ` +
+    `  ${name.padEnd(38)}${String(run.rps).padStart(6)} req/s  p50 ${run.p50} ms  p90 ${run.p90} ms  p99 ${run.p99} ms  max ${run.max} ms  ` +
       `server CPU ${run.serverCpuMs} ms/req  non-2xx ${run.non2xx}  errors ${run.errors}  load before ${loadBefore}\n    cores: ${JSON.stringify(cores)}`,
   );
   return run;
@@ -215,19 +228,21 @@ async function measureRaw(
   groups: CpuGroups,
   what: { input: Record<string, unknown>; accountId: string; resourceId: string; resourceIds?: string[] },
   label = 'raw Temporal client start',
+  windowStart: () => Promise<void> = beforeEachWindow,
 ): Promise<RawRun> {
-  type Ran = { type: string; starts: number; errors: number; p50: number; p99: number };
+  type Ran = { type: string; starts: number; inWindow: number; errors: number; p50: number; p99: number };
   if (WARMUP > 0) await request<Ran>(child, { type: 'run', seconds: WARMUP, concurrency: CONNECTIONS, ...what }, 'ran');
-  // The same pause as measure()'s, so that the two windows of a POST run together line up.
+  // The same pause as measure()'s after its warm-up.
   await new Promise((r) => setTimeout(r, 500));
-  await beforeEachWindow();
+  await windowStart();
   const before = cpuSnapshot(groups);
   const started = process.hrtime.bigint();
   const ran = await request<Ran>(child, { type: 'run', seconds: DURATION, concurrency: CONNECTIONS, ...what }, 'ran');
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   const cores = cpuDelta(before, cpuSnapshot(groups), seconds);
   const run: RawRun = {
-    rps: Math.round(ran.starts / seconds),
+    // Starts answered within the window over its length, as autocannon counts the API's answers.
+    rps: Math.round(ran.inWindow / DURATION),
     p50: ran.p50,
     p99: ran.p99,
     errors: ran.errors,
@@ -435,7 +450,7 @@ async function main() {
   const together: Array<{ api: Run; raw: RawRun }> = [];
   for (let round = 1; raw && round <= ROUNDS; round++) {
     const key = await postKey();
-    const measureApi = (name: string) =>
+    const measureApi = (name: string, windowStart?: () => Promise<void>) =>
       measure(
         name,
         `${apiUrl}/v1/vps/${vpsIds[0]}/power`,
@@ -444,8 +459,9 @@ async function main() {
         () => auditedRows(key.id),
         STAGES ? api : undefined,
         { requests: vpsIds.map((id) => ({ method: 'POST', path: `/v1/vps/${id}/power`, body: JSON.stringify({ action: 'reboot' }) })) },
+        windowStart,
       );
-    const measureRawClient = async (label?: string) => {
+    const measureRawClient = async (label?: string, windowStart?: () => Promise<void>) => {
       // `raw-burner`: beside the raw client, a process that wakes 200 times a second and spends
       // 1.5 ms of CPU each time (0.3 of a core: what the API, PostgreSQL and autocannon take beyond
       // the raw client's own), to see whether any such load costs the server what the API does.
@@ -455,16 +471,18 @@ async function main() {
               stdio: 'ignore',
             })
           : undefined;
-      groups.burner = () => (burner ? [burner.pid!] : []);
+      if (burner) groups.burner = () => [burner.pid!];
       try {
         return await measureRaw(
           raw.child,
           groups,
           { input: { serviceId: 1, vmid: 100, action: 'reboot' }, accountId: `cus_${vpsAccount.accountId}`, resourceId: vpsIds[0], resourceIds: vpsIds },
           label,
+          windowStart,
         );
       } finally {
         burner?.kill();
+        delete groups.burner;
       }
     };
     // Every start leaves an open workflow behind, and the dev server slows as they pile up (by 10 to
@@ -486,7 +504,11 @@ async function main() {
     runs.push(post);
     starts.push({ api: post, raw: rawRun });
     // The two at once on one server: 64 requests of each in flight, the same machine load on both.
-    const [postBeside, rawBeside] = await onFreshServer(() => Promise.all([measureApi(POST_TOGETHER), measureRawClient('raw client start, beside the API')]));
+    // Each side's window starts when both have warmed up (and the API's audit rows are counted).
+    const bothWarm = barrier(2, beforeEachWindow);
+    const [postBeside, rawBeside] = await onFreshServer(() =>
+      Promise.all([measureApi(POST_TOGETHER, bothWarm), measureRawClient('raw client start, beside the API', bothWarm)]),
+    );
     runs.push(postBeside);
     together.push({ api: postBeside, raw: rawBeside });
   }
@@ -577,7 +599,7 @@ async function main() {
   // CPU the API, PostgreSQL and autocannon take from a Temporal server on the same two cores shows
   // too (docs/benchmarks.md: any 0.3 of a core of other work costs the server the same).
   const rates = ({ api: a, raw: r }: { api: Run; raw: RawRun }) =>
-    `${a.rps} vs ${r.rps} starts/s = ${pct(a.rps / r.rps)} (p99 ${a.p99} vs ${r.p99} ms; raw client ${r.clientCpuMs} ms CPU/start, API ${a.serverCpuMs} ms/req, Temporal server ${r.cores.temporal_server} vs ${a.cores.temporal_server} cores)`;
+    `${a.rps} vs ${r.rps} starts/s = ${pct(a.rps / r.rps)} (p99 ${a.p99} vs ${r.p99} ms; API ${a.serverCpuMs} ms CPU/req, raw client ${r.clientCpuMs} ms CPU/start, Temporal server ${a.cores.temporal_server} vs ${r.cores.temporal_server} cores)`;
   const pooled = (pairs: Array<{ api: Run; raw: RawRun }>) => {
     const apiTotal = pairs.reduce((sum, x) => sum + x.api.rps, 0);
     const rawTotal = pairs.reduce((sum, x) => sum + x.raw.rps, 0);

@@ -3,7 +3,8 @@
  * a process of its own (as the API is) with a plain `@temporalio/client` connection, starting the
  * same workflow (`vpsPowerWorkflow`) with the same options the API's OperationService gives it
  * (task queue, search attributes, memo), `concurrency` starts in flight, for `seconds`. Answers
- * `run` with `ran`: starts, errors and latency percentiles.
+ * `run` with `ran`: the starts answered (all, and those answered within `seconds`), errors and
+ * latency percentiles.
  */
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../common/config';
@@ -44,6 +45,8 @@ async function main() {
     void (async () => {
       const latencies: number[] = [];
       let errors = 0;
+      // Starts answered within the `seconds` (the rate, as autocannon counts answers), and all of them.
+      let inWindow = 0;
       const until = performance.now() + msg.seconds * 1000;
       const lane = async () => {
         while (performance.now() < until) {
@@ -60,7 +63,9 @@ async function main() {
                 memo: { operation_type: 'vps.power', account: msg.accountId, resource: `vps ${resourceId}`, credential: 'raw' },
               });
             await (likeApi ? temporal.withDeadline(10_000, start) : start());
-            latencies.push(performance.now() - started);
+            const now = performance.now();
+            latencies.push(now - started);
+            if (now <= until) inWindow++;
           } catch {
             errors++;
           }
@@ -69,7 +74,7 @@ async function main() {
       await Promise.all(Array.from({ length: msg.concurrency }, lane));
       latencies.sort((a, b) => a - b);
       const at = (p: number) => Math.round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? 0);
-      process.send!({ type: 'ran', starts: latencies.length, errors, p50: at(50), p99: at(99) });
+      process.send!({ type: 'ran', starts: latencies.length, inWindow, errors, p50: at(50), p99: at(99) });
     })();
   });
   process.on('disconnect', () => process.exit(0));

@@ -86,6 +86,7 @@ async function main() {
   // database instances live in directories of the bench's own, never in the checkout's .data/ (the
   // instance keeper would start `npm start`'s instances there).
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'webhooks-bench-'));
+  process.once('exit', () => rmSync(dataDir, { recursive: true, force: true }));
   const dataDirs = { LB_DATA_DIR: path.join(dataDir, 'lb'), DBAAS_DATA_DIR: path.join(dataDir, 'dbaas') };
   const config = loadConfig({
     ...process.env,
@@ -368,7 +369,6 @@ async function main() {
   await api.close();
   await env.teardown();
   await database.drop();
-  rmSync(dataDir, { recursive: true, force: true });
   if (!ok) {
     console.error('FAILED: deliveries lost, unrecorded or badly signed');
     process.exit(1);
