@@ -96,5 +96,8 @@ describe('API SIGKILL during a burst of idempotent POSTs', () => {
         .map((op) => op.id)
         .sort(),
     );
-  });
+    // The waits above allow up to 30 s for the burst, two API process starts, 3.5 s for keys to be
+    // abandoned and 90 s for the operations to end. The test takes 8 to 18 s, but once in a full run
+    // it passed the default 60 s, which cut it short before any of those waits could say where.
+  }, 180_000);
 });
