@@ -1,4 +1,4 @@
-import { condition, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
+import { CancellationScope, condition, isCancellation, patched, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
 import type { OrderActivities, OrderPaymentState } from '../../activities/orders/activities';
 import { OperationTracker, type OperationInput } from '../kit/operation';
 import { orderCancelledSignal, orderInvoicePaidSignal } from './signals';
@@ -16,6 +16,12 @@ export interface OrderWorkflowInput extends OperationInput {
 }
 
 const DEFAULT_PAYMENT_RECHECK_MS = 6 * 3_600_000;
+/**
+ * Runs started since this patch cut a provisioning call short when the activation timeout fires:
+ * before, the timeout was only looked at between calls, so a provisioner that kept failing (retried
+ * without end) kept the order `running` for ever. Runs started before it keep the old path.
+ */
+const TIMEOUT_CUTS_PROVISIONING_CALLS = 'order-activation-timeout-cuts-provisioning-calls';
 const FIRST_POLL_MS = 2_000;
 const MAX_POLL_MS = 60_000;
 
@@ -69,27 +75,48 @@ export async function orderWorkflow(input: OrderWorkflowInput): Promise<void> {
   }
 
   await op.update({ status: 'running', progress: 10, result: { ...state } });
+  const timeoutCutsCalls = patched(TIMEOUT_CUTS_PROVISIONING_CALLS);
+  // Provisioning runs in a scope of its own, which the activation timeout cancels: a call still
+  // running or still retrying then stops at once. Billing's calls stay outside it (a billing outage
+  // is waited out, docs/orders.md), and so does the activation of a service found active.
+  const provisioningScope = new CancellationScope();
   let timedOut = false;
   void sleep(input.activationTimeoutMs).then(() => {
     timedOut = true;
+    if (timeoutCutsCalls) provisioningScope.cancel();
   });
 
   const [serviceId] = await billing.createOrderServices(input.orderId);
   await op.progress(20);
-  let provisioned = false;
-  let pollMs = FIRST_POLL_MS;
-  while (!timedOut) {
-    if (!provisioned) {
-      provisioned = await provisioning.startProvisioning(serviceId);
-      if (provisioned) await op.progress(40);
+  /** True once the service is active; false when the activation timeout came first. */
+  const provisionUntilActive = async (): Promise<boolean> => {
+    let provisioned = false;
+    let pollMs = FIRST_POLL_MS;
+    while (!timedOut) {
+      if (!provisioned) {
+        provisioned = await provisioning.startProvisioning(serviceId);
+        if (provisioned) await op.progress(40);
+      }
+      if (provisioned && (await provisioning.checkServiceActive(serviceId))) return true;
+      if (await condition(() => timedOut, pollMs)) return false;
+      pollMs = Math.min(Math.round(pollMs * 1.5), MAX_POLL_MS);
     }
-    if (provisioned && (await provisioning.checkServiceActive(serviceId))) {
-      const service = await billing.activateService(serviceId);
-      await op.succeed({ ...state, service });
-      return;
+    return false;
+  };
+  let active: boolean;
+  if (!timeoutCutsCalls) active = await provisionUntilActive();
+  else {
+    try {
+      active = await provisioningScope.run(provisionUntilActive);
+    } catch (err) {
+      if (!isCancellation(err)) throw err;
+      active = false;
     }
-    if (await condition(() => timedOut, pollMs)) break;
-    pollMs = Math.min(Math.round(pollMs * 1.5), MAX_POLL_MS);
+  }
+  if (active) {
+    const service = await billing.activateService(serviceId);
+    await op.succeed({ ...state, service });
+    return;
   }
   await op.fail(
     {
