@@ -80,6 +80,8 @@ export class AuditWriter {
     private readonly intervalMs: number,
     private readonly batchSize = 500,
     private readonly maxQueue = 50_000,
+    /** How long close() keeps retrying entries PostgreSQL did not take, before it gives them up. */
+    private readonly closeRetryMs = 5_000,
   ) {}
 
   record(entry: AuditEntry): void {
@@ -102,9 +104,23 @@ export class AuditWriter {
     return this.flushing;
   }
 
+  /**
+   * Stops the timer and writes what is queued. While PostgreSQL does not answer it tries again for
+   * `closeRetryMs`; what is still unwritten then is lost with the process, and said so in the log.
+   */
   async close(): Promise<void> {
     this.closed = true;
     await this.flush();
+    for (let wait = 100, deadline = Date.now() + this.closeRetryMs; this.queue.length > 0 && Date.now() < deadline; wait = Math.min(wait * 2, 1_000)) {
+      await new Promise((resolve) => setTimeout(resolve, Math.min(wait, Math.max(0, deadline - Date.now()))));
+      await this.flush();
+    }
+    if (this.queue.length > 0) {
+      this.logger.error(
+        { lost: this.queue.length, request_ids: this.queue.slice(0, DROPPED_IDS_LOGGED).map((e) => e.request_id) },
+        `audit entries not written at shutdown: PostgreSQL did not take them within ${this.closeRetryMs} ms`,
+      );
+    }
   }
 
   private drop(entry: AuditEntry): void {

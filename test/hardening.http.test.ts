@@ -109,6 +109,30 @@ describe('the audit write queue', () => {
     await down.destroy();
   });
 
+  it('at shutdown keeps trying while PostgreSQL does not answer, then says which entries it could not write', async () => {
+    const lines: string[] = [];
+    const logger = createLogger('error', 'test', { write: (line: string) => void lines.push(line) });
+    const down = createDb('postgres://cloud:cloud@127.0.0.1:1/nowhere', 1);
+    // Back within the window: written.
+    const patient = new AuditWriter(down, logger, 10_000, 500, 50_000, 5_000);
+    patient.record(auditEntry('req_shutdown_kept', { route: '/v1/services' }));
+    const closing = patient.close();
+    await new Promise((r) => setTimeout(r, 300));
+    (patient as unknown as { db: unknown }).db = stack.db;
+    await closing;
+    expect(await stack.db('audit_logs').where({ request_id: 'req_shutdown_kept' })).toHaveLength(1);
+    // Not back within it: given up, and said so with the request ids.
+    const hopeless = new AuditWriter(down, logger, 10_000, 500, 50_000, 300);
+    hopeless.record(auditEntry('req_shutdown_lost_0', { route: '/v1/services' }));
+    hopeless.record(auditEntry('req_shutdown_lost_1', { route: '/v1/services' }));
+    await hopeless.close();
+    const lost = lines.map((l) => JSON.parse(l)).filter((l) => l.lost !== undefined);
+    expect(lost).toHaveLength(1);
+    expect(lost[0]).toMatchObject({ lost: 2, request_ids: ['req_shutdown_lost_0', 'req_shutdown_lost_1'] });
+    expect(lost[0].msg).toMatch(/not written at shutdown/);
+    await down.destroy();
+  });
+
   it('leaves out an entry PostgreSQL refuses and writes the rest of its batch; later batches are not held up', async () => {
     const lines: string[] = [];
     const logger = createLogger('info', 'test', { write: (line: string) => void lines.push(line) });
