@@ -59,6 +59,12 @@ describe('an order whose provisioner keeps failing', () => {
     const EventType = temporal.api.enums.v1.EventType;
     const cancelRequested = history.events!.filter((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED);
     expect(cancelRequested).toHaveLength(1);
+    const patches = history
+      .events!.filter((e) => e.eventType === EventType.EVENT_TYPE_MARKER_RECORDED && e.markerRecordedEventAttributes?.markerName === 'core_patch')
+      .flatMap((e) =>
+        Object.values(e.markerRecordedEventAttributes!.details ?? {}).flatMap((d) => (d.payloads ?? []).map((p) => Buffer.from(p.data ?? []).toString('utf8'))),
+      );
+    expect(patches.some((data) => data.includes('order-activation-timeout-cuts-provisioning-calls'))).toBe(true);
     await expect(replay(history, opId)).resolves.toBeUndefined();
   });
 });

@@ -76,9 +76,10 @@ export async function orderWorkflow(input: OrderWorkflowInput): Promise<void> {
 
   await op.update({ status: 'running', progress: 10, result: { ...state } });
   const timeoutCutsCalls = patched(TIMEOUT_CUTS_PROVISIONING_CALLS);
-  // Provisioning runs in a scope of its own, which the activation timeout cancels: a call still
-  // running or still retrying then stops at once. Billing's calls stay outside it (a billing outage
-  // is waited out, docs/orders.md), and so does the activation of a service found active.
+  // Provisioning runs in a scope of its own, which the activation timeout cancels: the workflow then
+  // stops waiting for a call still running or still being retried (the call itself is not told: it
+  // does not heartbeat). Billing's calls stay outside it (a billing outage is waited out,
+  // docs/orders.md), and so does the activation of a service found active.
   const provisioningScope = new CancellationScope();
   let timedOut = false;
   void sleep(input.activationTimeoutMs).then(() => {
@@ -95,7 +96,8 @@ export async function orderWorkflow(input: OrderWorkflowInput): Promise<void> {
     while (!timedOut) {
       if (!provisioned) {
         provisioned = await provisioning.startProvisioning(serviceId);
-        if (provisioned) await op.progress(40);
+        // Not cut short: a progress write cancelled in flight could land after the failure.
+        if (provisioned) await (timeoutCutsCalls ? CancellationScope.nonCancellable(() => op.progress(40)) : op.progress(40));
       }
       if (provisioned && (await provisioning.checkServiceActive(serviceId))) return true;
       if (await condition(() => timedOut, pollMs)) return false;
@@ -109,7 +111,8 @@ export async function orderWorkflow(input: OrderWorkflowInput): Promise<void> {
     try {
       active = await provisioningScope.run(provisionUntilActive);
     } catch (err) {
-      if (!isCancellation(err)) throw err;
+      // Only the timeout's own cancellation means "timed out"; a cancelled workflow stays cancelled.
+      if (!isCancellation(err) || !timedOut) throw err;
       active = false;
     }
   }
