@@ -70,6 +70,7 @@ const CPU_PROF = arg('cpu-prof', 'false') === 'true';
 const STAGES = arg('stages', 'false') === 'true';
 const ONLY = arg('only', 'all');
 const EXPERIMENTS = arg('experiment', '');
+const experiment = (name: string) => EXPERIMENTS.split(',').includes(name);
 const PROCESSES = Number(arg('processes', '1'));
 const VPS_COUNT = 64;
 const SERVICES = 30;
@@ -381,7 +382,7 @@ async function main() {
   };
   beforeEachWindow = async () => {
     pgPids.splice(0, pgPids.length, ...(await ourPgBackends()));
-    if (EXPERIMENTS.split(',').includes('pin-server')) {
+    if (experiment('pin-server')) {
       // Experiment: the Temporal server alone on the second core, everything else of the bench on
       // the first, to tell the API's cost from the two sharing cores with the server.
       for (const [name, pids] of Object.entries(groups)) {
@@ -466,7 +467,7 @@ async function main() {
       // 1.5 ms of CPU each time (0.3 of a core: what the API, PostgreSQL and autocannon take beyond
       // the raw client's own), to see whether any such load costs the server what the API does.
       const burner =
-        EXPERIMENTS.split(',').includes('raw-burner') && !label
+        experiment('raw-burner') && !label
           ? spawn(process.execPath, ['-e', 'setInterval(() => { const end = performance.now() + 1.5; while (performance.now() < end); }, 5)'], {
               stdio: 'ignore',
             })
@@ -523,7 +524,7 @@ async function main() {
   const bareRuns = runs.filter((r) => r.url.endsWith('/list'));
   const baseline = bareRuns.reduce((s, r) => s + r.rps, 0) / bareRuns.length;
   // `--only=post` has no bare runs, and no ratio to them.
-  const ofBare = (rps: number) => (bareRuns.length > 0 ? `${Math.round((rps / baseline) * 100)} %` : '—');
+  const ofBare = (rps: number, base = baseline) => (bareRuns.length > 0 ? `${Math.round((rps / base) * 100)} %` : '—');
   if (bareRuns.length > 0) console.log(`\nbaseline (mean of ${bareRuns.length} bare list runs): ${Math.round(baseline)} req/s`);
   console.log('\n| Run | req/s | % of bare | p50 ms | p99 ms | max ms | server CPU ms/req | others (cores) | non-2xx | received / audited |');
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---|');
@@ -545,7 +546,7 @@ async function main() {
       if (name.endsWith('(again)')) continue;
       const rps = median(rs.map((r) => r.rps));
       console.log(
-        `| ${name} | ${rps} | ${bareRuns.length > 0 ? `${Math.round((rps / bareMedian) * 100)} %` : '—'} | ${median(rs.map((r) => r.p50))} | ${median(rs.map((r) => r.p99))} | ${median(rs.map((r) => r.serverCpuMs))} | ${median(rs.map((r) => r.cores.others))} |`,
+        `| ${name} | ${rps} | ${ofBare(rps, bareMedian)} | ${median(rs.map((r) => r.p50))} | ${median(rs.map((r) => r.p99))} | ${median(rs.map((r) => r.serverCpuMs))} | ${median(rs.map((r) => r.cores.others))} |`,
       );
     }
   }
