@@ -57,6 +57,14 @@ function writeFixture(name: string, run: string, recorded: RecordedRun): void {
   writeFileSync(path.join(dir, `${run}.json`), `${JSON.stringify(fixture, null, 1)}\n`);
 }
 
+/** The ids of the `patched()` markers a run recorded: what shows that it took a patch's new path. */
+export function patchIds(history: History): string[] {
+  return (history.events ?? [])
+    .filter((e) => e.eventType === temporal.api.enums.v1.EventType.EVENT_TYPE_MARKER_RECORDED && e.markerRecordedEventAttributes?.markerName === 'core_patch')
+    .flatMap((e) => Object.values(e.markerRecordedEventAttributes!.details ?? {}).flatMap((d) => d.payloads ?? []))
+    .map((p) => (JSON.parse(Buffer.from(p.data ?? []).toString('utf8')) as { id: string }).id);
+}
+
 export function replay(history: History, workflowId: string): Promise<void> {
   return Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, workflowId);
 }
