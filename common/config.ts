@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { parseDuration, parseDurationList } from './duration';
+import { isLoopbackRange, parseIpv4Range } from './ipv4-range';
 
 /**
  * The whole configuration, read from the environment and validated once at start-up.
@@ -38,6 +39,17 @@ function isTrustedProxyEntry(entry: string): boolean {
   return /^\d+$/.test(prefix) && bits >= 0 && bits <= (family === 4 ? 32 : 128);
 }
 
+/** `scheme://host[:port]` in the form browsers send in `Origin`, or null when `entry` is not one. */
+export function parseOrigin(entry: string): string | null {
+  try {
+    const url = new URL(entry);
+    const bare = (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username && !url.password;
+    return (url.protocol === 'http:' || url.protocol === 'https:') && bare ? url.origin : null;
+  } catch {
+    return null;
+  }
+}
+
 export const configSchema = z
   .object({
     NODE_ENV: z.string().default('development'),
@@ -73,6 +85,7 @@ export const configSchema = z
         }
       }),
     WEBHOOK_TIMEOUT: duration('10s'),
+    /** ALLOW_INSECURE_TARGETS (this older name still works): http and loopback for webhook targets and load-balancer backends; tests and local runs only. */
     WEBHOOK_ALLOW_INSECURE_TARGETS: flag,
     /** How often the event dispatcher sweeps for undispatched events (beside LISTEN cloud_events). */
     WEBHOOK_SWEEP_INTERVAL: duration('5s'),
@@ -137,8 +150,17 @@ export const configSchema = z
     DBAAS_BACKEND: z.enum(['instances', 'simulator']).default('instances'),
     /** Where the instances live (data, sockets, TLS, logs, backups); `<checkout>/.data/dbaas` when unset. */
     DBAAS_DATA_DIR: z.string().optional(),
-    /** The address clients are given to reach the instances (they listen on 127.0.0.1). */
-    DBAAS_HOST: z.string().default('127.0.0.1'),
+    /**
+     * Loopback range the instances listen in: each gets the lowest address no other instance uses,
+     * and a certificate naming only that address (so verify-full ties a client to its own instance).
+     */
+    DBAAS_ADDRESS_RANGE: z
+      .string()
+      .default('127.78.0.0/16')
+      .refine((v) => {
+        const range = parseIpv4Range(v);
+        return range !== null && isLoopbackRange(range);
+      }, 'must be an IPv4 range inside 127.0.0.0/8 such as 127.78.0.0/16 (prefix 8 to 30)'),
     /** How often the worker starts the database instances that should run and do not (after a crash or a host restart). */
     DBAAS_KEEPER_INTERVAL: duration('60s'),
     /** DNS family: `powerdns` (the real server, through its HTTP API) or `simulator` (PostgreSQL, answers no queries). */
@@ -166,6 +188,20 @@ export const configSchema = z
       .refine((list) => list.length > 0, 'at least one name server'),
     /** The SOA contact (RNAME) of every new zone, as a host name. */
     DNS_HOSTMASTER: z.string().default('hostmaster.cloud.test'),
+    /**
+     * The platform's own names, comma-separated: no customer zone may equal, contain or lie inside one
+     * (the name servers' and the hostmaster's domains are reserved as well; domain/dns/zone-policy.ts).
+     */
+    DNS_RESERVED_ZONES: z
+      .string()
+      .default('localhost,localdomain,local,invalid,internal,onion,arpa')
+      .transform((v) =>
+        v
+          .split(',')
+          .map((s) => s.trim().toLowerCase().replace(/\.$/, ''))
+          .filter(Boolean),
+      )
+      .refine((list) => list.every((name) => /^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(name)), 'names such as localhost,arpa (ASCII; IDN as punycode)'),
     /** How often the simulated billing system carries out due cancellation requests. */
     SIM_BILLING_INTERVAL: duration('60s'),
     CLOUD_DEV_ENDPOINTS: flag,
@@ -205,6 +241,25 @@ export const configSchema = z
         }
         return entries;
       }),
+    /**
+     * Browser origins (`https://console.example.com`) allowed to call `POST /mcp` besides the API's
+     * own, comma-separated; their host names also count as hosts this server serves (mcp/http.ts).
+     */
+    MCP_ALLOWED_ORIGINS: z
+      .string()
+      .default('')
+      .transform((value, ctx) => {
+        const origins: string[] = [];
+        for (const entry of value
+          .split(',')
+          .map((o) => o.trim())
+          .filter(Boolean)) {
+          const origin = parseOrigin(entry);
+          if (origin) origins.push(origin);
+          else ctx.addIssue({ code: 'custom', message: `not an http(s) origin such as https://console.example.com: ${entry}` });
+        }
+        return origins;
+      }),
     AUDIT_FLUSH_INTERVAL: duration('200ms'),
     /** Audit entries held in memory while PostgreSQL does not answer; past it new entries are dropped (and logged). */
     AUDIT_QUEUE_MAX: positiveInt(50_000),
@@ -226,6 +281,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   const source: Record<string, string | undefined> = { ...env, ...overrides };
   // An empty variable means "not set" so that `FOO= npm start` falls back to the default.
   for (const key of Object.keys(source)) if (source[key] === '') delete source[key];
+  // ALLOW_INSECURE_TARGETS is the flag's name (DECISIONS); WEBHOOK_ALLOW_INSECURE_TARGETS, its older one, still works.
+  if (source.ALLOW_INSECURE_TARGETS !== undefined) source.WEBHOOK_ALLOW_INSECURE_TARGETS = source.ALLOW_INSECURE_TARGETS;
   const parsed = configSchema.safeParse(source);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(config)'}: ${i.message}`);

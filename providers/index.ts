@@ -12,6 +12,9 @@ import { DbaasSimulator } from './simulator/dbaas.simulator';
 import type { HypervisorProvider } from './hypervisor.provider';
 import { HaproxyLbProvider } from './haproxy/haproxy.adapter';
 import type { LbProvider } from './lb.provider';
+import type { BackendTargetPolicySource } from './lb.rules';
+import { platformTargets } from './lb.targets';
+import { localServicePorts } from '../common/platform-ports';
 import { LbSimulator } from './simulator/lb.simulator';
 import type { DnsProvider } from './dns.provider';
 import { PowerDnsAdapter } from './powerdns/powerdns.adapter';
@@ -37,6 +40,8 @@ export interface Providers {
   hypervisor: HypervisorProvider;
   /** Load balancers: one HAProxy process each (LB_BACKEND=haproxy) or the simulator. */
   lb: LbProvider;
+  /** Where load-balancer backends may point right now (platform ports and addresses, ALLOW_INSECURE_TARGETS). */
+  lbTargets: BackendTargetPolicySource;
   /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
   dbaas: DbaasProvider;
   /** DNS zones and records on the authoritative server (PowerDNS, or the simulator with DNS_BACKEND=simulator). */
@@ -56,22 +61,39 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const builds = withOutageSwitch(new BuildSimulator(db, tasks), switchboard, ([target]) => backendOf((target as { productFamily: string }).productFamily));
   const hypervisor = withOutageSwitch(new HypervisorSimulator(db, tasks), switchboard, 'vps');
+  const dbInstances =
+    config.DBAAS_BACKEND === 'simulator'
+      ? null
+      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? path.resolve(__dirname, '..', '.data', 'dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE });
+  const dbaas = withOutageSwitch(dbInstances ?? new DbaasSimulator(db, tasks), switchboard, 'dbaas');
+  const lbTargets = lbTargetsOf(config, dbInstances);
   const lb = withOutageSwitch(
     config.LB_BACKEND === 'simulator'
       ? new LbSimulator(db, { bindAddress: config.LB_BIND_ADDRESS, delayScale: config.SIM_DELAY_SCALE })
-      : new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }),
+      : new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS, targets: lbTargets }),
     switchboard,
     'lb',
   );
-  const dbaas = withOutageSwitch(
-    config.DBAAS_BACKEND === 'simulator'
-      ? new DbaasSimulator(db, tasks)
-      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? path.resolve(__dirname, '..', '.data', 'dbaas'), host: config.DBAAS_HOST }),
-    switchboard,
-    'dbaas',
-  );
   const dns = withOutageSwitch(createDnsProvider(db, config), switchboard, 'dns');
-  return { switchboard, billing, builds, hypervisor, dns, lb, dbaas, faults: tasks };
+  return { switchboard, billing, builds, hypervisor, dns, lb, lbTargets, dbaas, faults: tasks };
+}
+
+/**
+ * Where load-balancer backends may point (docs/lb.md "Backend addresses"): the API checks a change
+ * with it, the HAProxy adapter every configuration it renders. The database instances' ports are
+ * read from the instances themselves, outside their outage switch (a switched-off family still
+ * listens).
+ */
+function lbTargetsOf(config: Config, dbInstances: DbInstancesAdapter | null): BackendTargetPolicySource {
+  return platformTargets({
+    allowLoopback: config.WEBHOOK_ALLOW_INSECURE_TARGETS,
+    platformRanges: [
+      { range: config.LB_BIND_ADDRESS, what: "the platform's load balancers" },
+      { range: config.DBAAS_ADDRESS_RANGE, what: "the platform's database instances" },
+    ],
+    configuredPorts: localServicePorts(config),
+    dynamicPorts: dbInstances ? [() => dbInstances.listeningPorts()] : [],
+  });
 }
 
 function createDnsProvider(db: Knex, config: Config): DnsProvider {

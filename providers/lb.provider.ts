@@ -13,6 +13,7 @@
  * - BackendGoneError('lb', ...): the service has no balancer (never created, or destroyed).
  * - BackendUnavailableError('lb'): the backend does not answer.
  */
+import { hostAddress, hostCount, ipv4ToInt, MAX_PREFIX, MIN_PREFIX, parseIpv4Range } from '../common/ipv4-range';
 
 export const LB_PROTOCOLS = ['http', 'tcp'] as const;
 export type LbProtocol = (typeof LB_PROTOCOLS)[number];
@@ -103,24 +104,11 @@ export interface LbProvider {
  * The network and broadcast addresses of a range are never used.
  */
 export function balancerAddress(bind: string, serviceId: number): string {
-  const [base, prefixText] = bind.split('/');
-  const baseInt = ipv4ToInt(base);
-  if (baseInt === null) throw new Error(`LB_BIND_ADDRESS: ${bind} is not an IPv4 address or range`);
-  if (prefixText === undefined) return base;
-  const prefix = Number(prefixText);
-  if (!Number.isInteger(prefix) || prefix < 8 || prefix > 30) throw new Error(`LB_BIND_ADDRESS: prefix of ${bind} must be 8..30`);
-  const size = 2 ** (32 - prefix);
-  const network = baseInt - (baseInt % size);
-  const host = (serviceId % (size - 2)) + 1;
-  return intToIpv4(network + host);
-}
-
-function ipv4ToInt(text: string): number | null {
-  const parts = text.split('.');
-  if (parts.length !== 4 || !parts.every((p) => /^\d{1,3}$/.test(p) && Number(p) <= 255)) return null;
-  return parts.reduce((acc, p) => acc * 256 + Number(p), 0);
-}
-
-function intToIpv4(value: number): string {
-  return [24, 16, 8, 0].map((shift) => Math.floor(value / 2 ** shift) % 256).join('.');
+  if (!bind.includes('/')) {
+    if (ipv4ToInt(bind) === null) throw new Error(`LB_BIND_ADDRESS: ${bind} is not an IPv4 address or range`);
+    return bind;
+  }
+  const range = parseIpv4Range(bind);
+  if (!range) throw new Error(`LB_BIND_ADDRESS: ${bind} is not an IPv4 range with a prefix of ${MIN_PREFIX}..${MAX_PREFIX}`);
+  return hostAddress(range, serviceId % hostCount(range)) as string;
 }

@@ -22,6 +22,8 @@ import { historyText, waitFor, waitForOperation } from './vps.support';
  */
 const PRODUCT: Record<DbEngine, string> = { postgresql: 'dbaas-postgres-s', mysql: 'dbaas-mysql-s' };
 const enc = encodeURIComponent;
+/** Where an instance listens: an address of its own in DBAAS_ADDRESS_RANGE (default 127.78.0.0/16). */
+const INSTANCE_ADDRESS = expect.stringMatching(/^127\.78\.\d+\.\d+$/);
 
 export function dbaasHttpSuite(engine: DbEngine) {
   const isMysql = engine === 'mysql';
@@ -68,7 +70,8 @@ export function dbaasHttpSuite(engine: DbEngine) {
     svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product: PRODUCT[engine] });
     const attached = await stack.http.post(`/_dev/dbaas/${svc.id}/instance`, { body: {} });
     expect(attached.status, attached.text).toBe(200);
-    expect(attached.body).toMatchObject({ engine, host: '127.0.0.1' });
+    // Its own address in DBAAS_ADDRESS_RANGE (the default 127.78.0.0/16), named by its certificate.
+    expect(attached.body).toMatchObject({ engine, host: INSTANCE_ADDRESS });
   });
   afterAll(async () => {
     const adapter = new DbInstancesAdapter({ rootDir: root });
@@ -97,7 +100,7 @@ export function dbaasHttpSuite(engine: DbEngine) {
     it('reads one live from its instance, with every capability', async () => {
       const res = await stack.http.get(base(), { token });
       expect(res.status).toBe(200);
-      expect(res.body).toMatchObject({ object: 'dbaas', id: svc.id, engine, state: 'running', host: '127.0.0.1', plan: PRODUCT[engine] });
+      expect(res.body).toMatchObject({ object: 'dbaas', id: svc.id, engine, state: 'running', host: INSTANCE_ADDRESS, plan: PRODUCT[engine] });
       expect(res.body.version).toMatch(/^\d+\.\d+/);
       expect(res.body.capabilities).toEqual(DEFAULT_CAPABILITIES.dbaas);
     });
@@ -139,7 +142,7 @@ export function dbaasHttpSuite(engine: DbEngine) {
       DbaasConnectionSchema.parse(conn.body);
       expect(conn.body).toMatchObject({
         object: 'dbaas_connection',
-        host: '127.0.0.1',
+        host: INSTANCE_ADDRESS,
         database: isMysql ? null : 'postgres',
         username: 'admin',
         tls_mode: 'verify-full',

@@ -1,10 +1,12 @@
 /**
  * The real DBaaS backend: every instance is its own PostgreSQL or MariaDB server process on this
- * machine, with its own data directory, loopback port, private control socket and TLS
- * certificate (layout in engine.ts). Servers run detached, so they outlive the API and worker
- * processes; any process finds them again through their pidfiles (`resumeInstances` starts the
- * ones that should run, e.g. after a reboot). Lifecycle changes take a lock file per instance,
- * shared by the API and the worker.
+ * machine, with its own OS account, data directory, loopback address and port, private control
+ * socket and TLS certificate (layout in engine.ts). The account keeps tenants apart on the
+ * machine: whatever code a customer gets to run inside their server runs as that account, which
+ * can read or write nothing of any other instance. Servers run detached, so they outlive the API
+ * and worker processes; any process finds them again through their pidfiles (`resumeInstances`
+ * starts the ones that should run, e.g. after a reboot). Lifecycle changes take a lock file per
+ * instance, shared by the API and the worker.
  */
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
@@ -24,10 +26,23 @@ import type {
   NewDbInstance,
 } from '../dbaas.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError, isBackendError } from '../errors';
-import { instancePaths, type EngineDriver, type Instance, type InstancePaths, type InstanceRecord } from './engine';
+import { hostAddress, hostCount, parseIpv4Range, type Ipv4Range } from '../../common/ipv4-range';
+import { accountNameFor, ensureAccount, isolatedAccounts, removeAccount } from '../os-accounts';
+import { instanceAddress, instancePaths, type EngineDriver, type Instance, type InstancePaths, type InstanceRecord } from './engine';
 import { MariaDbEngine } from './mariadb.engine';
 import { PostgresEngine } from './postgresql.engine';
-import { CommandError, exists, freeLoopbackPort, processAlive, spawnDetached, tailLines, withFileLock } from './system';
+import {
+  CommandError,
+  exists,
+  freeLoopbackPort,
+  killProcessesOf,
+  processAlive,
+  runningAsRoot,
+  spawnDetached,
+  tailLines,
+  withFileLock,
+  type Account,
+} from './system';
 import { ensureCertificateAuthority, issueServerCertificate, readCaCertificate } from './tls';
 
 const BACKEND = 'dbaas';
@@ -35,12 +50,18 @@ const BACKEND = 'dbaas';
 const INSTANCE_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
 /** `20261123T101500Z-3f9a1c`: sorts by time, safe as a file name and in a URL. */
 export const BACKUP_ID_PATTERN = /^\d{8}T\d{6}Z-[0-9a-f]{6}$/;
+export const DEFAULT_ADDRESS_RANGE = '127.78.0.0/16';
+/** In a new instance's directory until its record is written: the address it took (see reserveAddress). */
+const ADDRESS_RESERVATION = '.address';
 
 export interface DbInstancesOptions {
   /** Where instances live: `.data/dbaas` for `npm start`, a temporary directory in tests. */
   rootDir: string;
-  /** The address clients are given (the servers listen on 127.0.0.1). */
-  host?: string;
+  /**
+   * The loopback range instances listen in (DBAAS_ADDRESS_RANGE): each new instance gets the lowest
+   * address no other instance under `rootDir` has, and a certificate for that address alone.
+   */
+  addressRange?: string;
   pollIntervalMs?: number;
   /** A PostgreSQL bin directory; the highest installed major version when omitted. */
   postgresBinDir?: string;
@@ -68,13 +89,15 @@ function unavailable(err: unknown, instance: string): never {
 
 export class DbInstancesAdapter implements DbaasProvider {
   readonly pollIntervalMs: number;
-  private readonly host: string;
+  private readonly addresses: Ipv4Range;
   private readonly root: string;
   private enginesCache: Record<DbEngine, EngineDriver> | null = null;
 
   constructor(private readonly opts: DbInstancesOptions) {
     this.root = path.resolve(opts.rootDir);
-    this.host = opts.host ?? '127.0.0.1';
+    const range = parseIpv4Range(opts.addressRange ?? DEFAULT_ADDRESS_RANGE);
+    if (!range) throw new Error(`DBAAS_ADDRESS_RANGE: ${opts.addressRange} is not an IPv4 range such as ${DEFAULT_ADDRESS_RANGE}`);
+    this.addresses = range;
     this.pollIntervalMs = opts.pollIntervalMs ?? 500;
   }
 
@@ -110,7 +133,62 @@ export class DbInstancesAdapter implements DbaasProvider {
     const paths = instancePaths(this.root, id);
     const rec = await this.readRecord(paths);
     if (!rec) throw new BackendGoneError(BACKEND, `instance ${id}`);
+    // The servers run as the record's account: only ever the instance's own (an instance from
+    // before, whose directory its server's account may write, could otherwise name `root`).
+    if (rec.account !== undefined && rec.account !== this.accountName(id))
+      throw new BackendUnavailableError(BACKEND, `instance ${id}: its record names account "${rec.account}", not its own`);
     return { inst: { rec, paths }, driver: this.engines[rec.engine] };
+  }
+
+  /** The OS account of instance `name` (the same in every process, derived from root and name). */
+  private accountName(name: string): string {
+    return accountNameFor('db', this.root, name);
+  }
+
+  /**
+   * Takes the lowest address of the range that no other instance under the root has (in its record,
+   * or reserved by a creation still under way) and reserves it in the new instance's directory.
+   * One process at a time, so two creations never take the same address.
+   */
+  private async reserveAddress(paths: InstancePaths): Promise<string> {
+    const instances = path.join(this.root, 'instances');
+    return withFileLock(path.join(instances, '.addresses.lock'), async () => {
+      const taken = new Set<string>();
+      for (const e of await fs.readdir(instances, { withFileTypes: true })) {
+        if (!e.isDirectory() || !INSTANCE_NAME.test(e.name) || e.name === path.basename(paths.dir)) continue;
+        const other = instancePaths(this.root, e.name);
+        const address =
+          (await this.readRecord(other))?.address ?? (await fs.readFile(path.join(other.dir, ADDRESS_RESERVATION), 'utf8').catch(() => '')).trim();
+        if (address) taken.add(address);
+      }
+      for (let i = 0; i < hostCount(this.addresses); i++) {
+        const address = hostAddress(this.addresses, i) as string;
+        if (taken.has(address)) continue;
+        await fs.writeFile(path.join(paths.dir, ADDRESS_RESERVATION), address, { mode: 0o600 });
+        return address;
+      }
+      throw new BackendUnavailableError(BACKEND, `no free address left in DBAAS_ADDRESS_RANGE (${taken.size} instances)`);
+    });
+  }
+
+  /**
+   * The new instance's directory: root's, entered only by root and the instance's account (its
+   * group), which owns the subdirectories the engine makes in it. Without root, this process's.
+   */
+  private async makeInstanceDir(paths: InstancePaths, account: Account): Promise<void> {
+    await fs.mkdir(paths.dir, { mode: 0o710 });
+    await fs.chmod(paths.dir, 0o710);
+    if (runningAsRoot()) await fs.chown(paths.dir, 0, account.gid);
+  }
+
+  /**
+   * Ends whatever still runs as the instance's own account (a dump, a server that would not stop)
+   * and removes the account. Never touches an engine's shared account (instances from before).
+   */
+  private async dropAccount(name: string): Promise<void> {
+    if (!isolatedAccounts()) return;
+    await killProcessesOf(this.accountName(name));
+    await removeAccount(this.accountName(name));
   }
 
   /** The instance, which must be answering: a server that is down or starting is unavailable. */
@@ -141,27 +219,29 @@ export class DbInstancesAdapter implements DbaasProvider {
       if (!rec) {
         // A directory without its record is what an attempt that died half way left behind.
         await fs.rm(paths.dir, { recursive: true, force: true });
-        await fs.mkdir(paths.dir, { mode: 0o700 });
-        rec = {
-          name: spec.name,
-          engine: spec.engine,
-          serviceId: spec.serviceId,
-          port: await freeLoopbackPort(),
-          adminUsername: spec.adminUsername,
-          createdAt: new Date().toISOString(),
-          desired: 'running',
-        };
-        const inst = { rec, paths };
         try {
-          const tls = await issueServerCertificate(ca, paths.tls, {
-            commonName: spec.name,
-            ips: ['127.0.0.1'],
-            dnsNames: ['localhost'],
-            owner: await driver.account(),
-          });
-          await driver.initialize(inst, tls);
+          // Its own account (without root: this process's), recorded so every process uses the same.
+          const account = await ensureAccount(this.accountName(spec.name), { purpose: `DBaaS instance ${spec.name}`, dataDir: paths.dir });
+          await this.makeInstanceDir(paths, account);
+          const address = await this.reserveAddress(paths);
+          rec = {
+            name: spec.name,
+            engine: spec.engine,
+            serviceId: spec.serviceId,
+            ...(isolatedAccounts() ? { account: account.name } : {}),
+            address,
+            port: await freeLoopbackPort(address),
+            adminUsername: spec.adminUsername,
+            createdAt: new Date().toISOString(),
+            desired: 'running',
+          };
+          // Its own address only: with verify-full, no other instance passes for this one.
+          const tls = await issueServerCertificate(ca, paths.tls, { commonName: spec.name, ips: [address], dnsNames: [], owner: account });
+          await driver.initialize({ rec, paths }, tls);
           await this.writeRecord(paths, rec);
+          await fs.rm(path.join(paths.dir, ADDRESS_RESERVATION), { force: true });
         } catch (err) {
+          await this.dropAccount(spec.name).catch(() => undefined);
           await fs.rm(paths.dir, { recursive: true, force: true });
           unavailable(err, spec.name);
         }
@@ -211,11 +291,18 @@ export class DbInstancesAdapter implements DbaasProvider {
       if (rec) {
         const inst = { rec, paths };
         await this.engines[rec.engine].stop(inst).catch((err) => unavailable(err, id));
-        for (const meta of await this.backupMetas(inst)) {
-          if (meta.pid && (await processAlive(meta.pid, backupMarker(meta.id)))) process.kill(meta.pid, 'SIGTERM');
+        // An instance with its own account: dropAccount ends its dumps with everything else it runs.
+        if (!rec.account) {
+          for (const meta of await this.backupMetas(inst)) {
+            if (meta.pid && (await processAlive(meta.pid, backupMarker(meta.id)))) process.kill(meta.pid, 'SIGTERM');
+          }
         }
       }
+      // Nothing of it runs any more when its files go; the account goes last (a uid freed before
+      // its files would be handed to the next account made).
+      if (isolatedAccounts()) await killProcessesOf(this.accountName(id));
       await fs.rm(paths.dir, { recursive: true, force: true });
+      await this.dropAccount(id);
     });
   }
 
@@ -248,6 +335,28 @@ export class DbInstancesAdapter implements DbaasProvider {
     return names.sort();
   }
 
+  /**
+   * The ports the instances on this machine listen on (from their records, so an instance counts
+   * from the moment it has a port, before it ever answered). Load-balancer backends may not reach
+   * them (providers/lb.targets.ts). A record that cannot be read throws: the caller must not take
+   * "no port" for an answer.
+   */
+  async listeningPorts(): Promise<number[]> {
+    const ports: number[] = [];
+    for (const name of await this.instanceNames()) {
+      let text: string;
+      try {
+        text = await fs.readFile(instancePaths(this.root, name).record, 'utf8');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // destroyed meanwhile
+        throw err;
+      }
+      const rec = JSON.parse(text) as InstanceRecord;
+      if (Number.isInteger(rec.port)) ports.push(rec.port);
+    }
+    return ports;
+  }
+
   // ---- reads -----------------------------------------------------------------------------------
 
   private async statusOf(inst: Instance, driver: EngineDriver): Promise<DbInstanceStatus> {
@@ -257,7 +366,7 @@ export class DbInstancesAdapter implements DbaasProvider {
       engine: inst.rec.engine,
       state: 'running',
       version: vitals.version,
-      host: this.host,
+      host: instanceAddress(inst.rec),
       port: inst.rec.port,
       uptimeSeconds: vitals.uptimeSeconds,
     };
@@ -272,7 +381,7 @@ export class DbInstancesAdapter implements DbaasProvider {
     const { inst, driver } = await this.load(id);
     const caCertificate = await readCaCertificate({ certFile: path.join(this.root, 'ca', 'ca.crt'), keyFile: '' });
     return {
-      host: this.host,
+      host: instanceAddress(inst.rec),
       port: inst.rec.port,
       database: driver.defaultDatabase,
       username: inst.rec.adminUsername,
@@ -321,7 +430,13 @@ export class DbInstancesAdapter implements DbaasProvider {
     const { inst, driver } = await this.load(id);
     const file = driver.logFile(inst);
     if (!(await exists(file))) return [];
-    const { lines: raw } = await tailLines(file, (ls) => driver.parseLog(ls).length > lines);
+    const tail = await tailLines(file, (ls) => driver.parseLog(ls).length > lines).catch((err: NodeJS.ErrnoException) => {
+      // The server's account replaced its log with a link (tailLines never follows one): nothing to show.
+      if (err.code === 'ELOOP') return null;
+      throw err;
+    });
+    if (!tail) return [];
+    const raw = tail.lines;
     const entries = driver.parseLog(raw);
     return entries.slice(Math.max(0, entries.length - lines));
   }
@@ -357,7 +472,10 @@ export class DbInstancesAdapter implements DbaasProvider {
     const final = path.join(inst.paths.backups, `${meta.id}.sql`);
     const createdAt = new Date(meta.createdAt);
     try {
-      const { size } = await fs.stat(final);
+      // lstat: a link the server's account put there is not a dump (nor a way to learn another file's size).
+      const stat = await fs.lstat(final);
+      if (!stat.isFile()) throw new Error('not a dump');
+      const { size } = stat;
       return { id: meta.id, status: 'completed', sizeBytes: size, createdAt };
     } catch {
       const running = meta.pid !== null && (await processAlive(meta.pid, backupMarker(meta.id)));
@@ -378,12 +496,13 @@ export class DbInstancesAdapter implements DbaasProvider {
       const dump = await driver.dumpCommand(inst);
       const file = (ext: string) => path.join(inst.paths.backups, `${backupId}${ext}`);
       const pid = await spawnDetached('/bin/sh', ['-c', DUMP_SCRIPT, backupMarker(backupId), dump.command, ...dump.args], {
-        as: await driver.account(),
+        as: await driver.account(inst),
         cwd: inst.paths.backups,
         env: { PATH: process.env.PATH, LANG: 'C.UTF-8', DUMP_PARTIAL: file('.sql.partial'), DUMP_FINAL: file('.sql'), DUMP_ERRORS: file('.err') },
       }).catch((err) => unavailable(new CommandError('sh', null, (err as Error).message), id));
       const meta: BackupMeta = { id: backupId, key, createdAt: now.toISOString(), pid };
-      await fs.writeFile(file('.json'), `${JSON.stringify(meta)}\n`, { mode: 0o644 });
+      // `wx`: never through a file or link the server's account put in its backups directory first.
+      await fs.writeFile(file('.json'), `${JSON.stringify(meta)}\n`, { mode: 0o644, flag: 'wx' });
       return this.backupOf(inst, meta);
     });
   }

@@ -2,18 +2,24 @@
  * What the instance manager (dbinstances.adapter.ts) needs from one database engine, and the
  * on-disk layout every instance shares:
  *
- *   <root>/ca/                       the install's CA (tls.ts)
- *   <root>/instances/<name>/
- *     instance.json                  what the manager knows: engine, port, admin name, desired state
- *     data/                          the engine's data directory
- *     run/                           its private socket (0700, the server's account) and pidfile
- *     tls/                           server key and certificate
- *     log/                           the engine's log
- *     backups/<id>.sql|.json         dumps and their metadata
+ *   <root>/ca/                       the install's CA (tls.ts), root only
+ *   <root>/instances/<name>/         root, group of the instance's account, 0710: only root and that
+ *                                    account get in, and only root adds, renames or removes entries
+ *     instance.json                  what the manager knows: engine, account, address, port, admin name, desired state
+ *     data/                          the engine's data directory      \
+ *     run/                           its private socket and pidfile    |  each 0700, owned by
+ *     tls/                           server key and certificate        |  the instance's account
+ *     log/                           the engine's log                  |
+ *     backups/<id>.sql|.json         dumps and their metadata         /
+ *
+ * An instance made before instances had accounts of their own has no `account` or `address` in
+ * its record: it keeps running as the engine's shared account on 127.0.0.1, its directory as it was.
  */
 import path from 'node:path';
 import type { DbDatabase, DbEngine, DbLogEntry, DbLogLevel, DbStats, DbUser, DbUserRef, NewDbDatabase } from '../dbaas.provider';
-import type { Account } from './system';
+import { BackendUnavailableError } from '../errors';
+import { isolatedAccounts, lookupAccount, processAccount } from '../os-accounts';
+import { serverAccount, type Account } from './system';
 
 export interface InstanceRecord {
   name: string;
@@ -21,6 +27,13 @@ export interface InstanceRecord {
   serviceId: number;
   port: number;
   adminUsername: string;
+  /**
+   * The OS account the server, its tools and its dumps run as (`cdb-<name>-<hash>`), made with the
+   * instance and removed with it. Absent: an instance from before, run by the engine's shared account.
+   */
+  account?: string;
+  /** The loopback address it listens on, the only one its certificate names. Absent: 127.0.0.1 (an instance from before). */
+  address?: string;
   /** ISO 8601. */
   createdAt: string;
   /** What the instance should be doing; `resumeInstances` starts the ones meant to run. */
@@ -72,8 +85,8 @@ export interface EngineDriver {
   readonly engine: DbEngine;
   /** The database a client lands in (connection info), or null when the engine needs none. */
   readonly defaultDatabase: string | null;
-  /** The account the server (and its tools) run as. */
-  account(): Promise<Account>;
+  /** The account this instance's server (and its tools and dumps) run as. */
+  account(inst: Instance): Promise<Account>;
   /** Creates the data directory and configuration of a new instance; does not start it. */
   initialize(inst: Instance, tls: { certFile: string; keyFile: string }): Promise<void>;
   /** Whether the server process of the pidfile is alive (it may still be starting). */
@@ -103,6 +116,24 @@ export interface EngineDriver {
    */
   parseLog(lines: string[]): DbLogEntry[];
   dumpCommand(inst: Instance): Promise<DumpCommand>;
+}
+
+/** Where clients reach an instance (and the one address its certificate names). */
+export const instanceAddress = (rec: InstanceRecord): string => rec.address ?? LEGACY_ADDRESS;
+/** The address every instance shared before each had its own. */
+export const LEGACY_ADDRESS = '127.0.0.1';
+
+/**
+ * The account an instance's server runs as: its own, named in its record; for an instance from
+ * before, the engine's shared system account (`shared`). Without root, this process's account.
+ */
+export async function instanceAccount(inst: Instance, shared: string): Promise<Account> {
+  if (!inst.rec.account) return serverAccount(shared);
+  if (!isolatedAccounts()) return processAccount();
+  const account = await lookupAccount(inst.rec.account);
+  // Not recreated here: a new account would have another uid than the files it should own.
+  if (!account) throw new BackendUnavailableError('dbaas', `instance ${inst.rec.name}: its system account ${inst.rec.account} is missing`);
+  return account;
 }
 
 /** Groups log lines into entries with `opens(line)` returning the entry a line starts, or null. */

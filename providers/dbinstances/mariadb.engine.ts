@@ -1,32 +1,46 @@
 /**
  * MariaDB instances (the `mysql` engine): Debian's mariadb-server binaries, one datadir, socket,
  * port and configuration file per instance (`--defaults-file`, so /etc/mysql and the packaged
- * system service play no part), run by the `mysql` system account.
+ * system service play no part), run by the instance's own system account (engine.ts; `mysql` for
+ * an instance from before accounts per instance).
  *
  * Access: clients over TCP on the loopback port with TLS required (`require_secure_transport`);
  * the control plane as `root@localhost` over the instance's private socket with unix_socket
- * authentication, so it holds no customer password. The customer's admin is `<admin>@%` with
- * every privilege and the grant option except FILE, SUPER and SHUTDOWN: no file of the machine
- * (the instances share the `mysql` account), no global settings such as log file paths; and
- * `secure_file_priv` keeps file import/export inside the instance's own `files/` directory.
+ * authentication, so it holds no customer password.
+ *
+ * Customer accounts have rights on customer databases only. The admin (`<admin>@%`) has no global
+ * privilege at all (USAGE): every privilege WITH GRANT OPTION on each customer database, given when
+ * the database is created through the API and again by ensureAdmin for every database there is. It
+ * can therefore create tables, routines and views in them and grant its users rights on them, but
+ * has no right on `mysql`, `sys` or `performance_schema` (no writing its own grants), no CREATE USER
+ * (which also drops and renames any account, `root@localhost` included: users are created through
+ * the API), no RELOAD, FILE, SUPER, SET USER or SHUTDOWN, and no CREATE for new databases (they
+ * are created through the API). `secure_file_priv` keeps file import/export inside the instance's
+ * own `files/` directory in any case. ensureAdmin runs on every create, so an instance made with
+ * broader grants is narrowed: the admin's privileges are revoked first, and every other customer
+ * account or role loses its global privileges and anything on the system databases.
+ *
+ * Backups: mariadb-dump runs as the instance's OS account and logs in as the MariaDB account of
+ * that name, which can only read (DUMP_PRIVILEGES). Database names reach it after `--`, so no name
+ * is ever read as an option, and only names the API could have created are passed.
  */
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import mysql from 'mysql2/promise';
 import type { DbDatabase, DbLogEntry, DbLogLevel, DbStats, DbUser, DbUserRef, NewDbDatabase } from '../dbaas.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
-import { groupLogLines, num, type DumpCommand, type EngineDriver, type Instance, type ServerVitals } from './engine';
+import { DB_NAME_PATTERN } from '../dbaas.names';
+import { groupLogLines, instanceAccount, instanceAddress, num, type DumpCommand, type EngineDriver, type Instance, type ServerVitals } from './engine';
 import { mysqlNativePasswordHash } from './password-verifiers';
 import {
-  chownTree,
   CommandError,
   currentAccount,
   exists,
+  ownedDirectory,
   processAlive,
   readPidFile,
   run,
   runningAsRoot,
-  serverAccount,
   spawnDetached,
   waitFor,
   type Account,
@@ -76,22 +90,39 @@ const LEVELS: Record<string, DbLogLevel> = { Note: 'info', Warning: 'warning', E
 // `2026-11-23 10:00:00 0 [Note] message` (the hour is space-padded; the server runs with TZ=UTC).
 const LOG_LINE = /^(\d{4}-\d\d-\d\d) +(\d{1,2}):(\d\d):(\d\d) +\d+ \[(\w+)\] (.*)$/;
 
-/** Accounts of the engine and of the control plane, never listed as users. */
+/**
+ * Accounts of the engine and of the control plane, never listed as users (with the accounts this
+ * process and the dump log in as, see internalUsers()). `mysql` is the server's OS account in
+ * Debian's install; `''` the anonymous account.
+ */
 const INTERNAL_USERS = ['root', 'mysql', 'mariadb.sys', ''];
+/** What mariadb-dump needs, --routines, --events, --triggers and --system=users included (MariaDB 10.11); nothing that writes. */
+const DUMP_PRIVILEGES = 'SELECT, SHOW VIEW, TRIGGER, LOCK TABLES, EVENT';
+
+/** A database name as a literal GRANT pattern: `_` and `%` are wildcards there, backslash their escape. */
+const literalPattern = (name: string) => name.replace(/[\\_%]/g, (ch) => `\\${ch}`);
 
 export class MariaDbEngine implements EngineDriver {
   readonly engine = 'mysql' as const;
   readonly defaultDatabase = null;
-  private accountP: Promise<Account> | null = null;
 
-  account(): Promise<Account> {
-    this.accountP ??= serverAccount('mysql');
-    return this.accountP;
+  account(inst: Instance): Promise<Account> {
+    return instanceAccount(inst, 'mysql');
   }
 
   /** The MariaDB account this process's OS account maps to over the socket (unix_socket). */
   private controlUser(): string {
     return runningAsRoot() ? 'root' : currentAccount().name;
+  }
+
+  /** The MariaDB account the dump logs in as: the one of the OS account it runs as (unix_socket). */
+  private async dumpUser(inst: Instance): Promise<string> {
+    return (await this.account(inst)).name;
+  }
+
+  /** Accounts that are the server's or the control plane's, on this instance. */
+  private async internalUsers(inst: Instance): Promise<string[]> {
+    return [...new Set([...INTERNAL_USERS, this.controlUser(), await this.dumpUser(inst)])];
   }
 
   private cnf(inst: Instance) {
@@ -108,16 +139,16 @@ export class MariaDbEngine implements EngineDriver {
   }
 
   async initialize(inst: Instance, tls: { certFile: string; keyFile: string }): Promise<void> {
-    const account = await this.account();
+    const account = await this.account(inst);
     const { paths, rec } = inst;
-    for (const dir of [paths.data, paths.run, paths.log, paths.backups, path.join(paths.dir, 'files')]) await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    for (const dir of [paths.data, paths.run, paths.log, paths.backups, path.join(paths.dir, 'files')]) await ownedDirectory(dir, account);
     const settings = [
       '[mariadbd]',
       `datadir=${paths.data}`,
       `socket=${this.socket(inst)}`,
       `pid-file=${this.pidFile(inst)}`,
       `port=${rec.port}`,
-      'bind-address=127.0.0.1',
+      `bind-address=${instanceAddress(rec)}`,
       'skip-name-resolve',
       `log-error=${this.logFile(inst)}`,
       'log-warnings=2',
@@ -138,8 +169,8 @@ export class MariaDbEngine implements EngineDriver {
       `secure-file-priv=${path.join(paths.dir, 'files')}`,
       '',
     ];
+    // Root's, in root's instance directory: the server reads it but cannot change it.
     await fs.writeFile(this.cnf(inst), settings.join('\n'), { mode: 0o644 });
-    await chownTree(paths.dir, account);
     const args = [`--defaults-file=${this.cnf(inst)}`, '--auth-root-authentication-method=socket', '--skip-test-db', '--skip-name-resolve'];
     if (runningAsRoot()) args.push(`--user=${account.name}`);
     await run(await findBinary('mariadb-install-db', 'mysql_install_db'), args, { env: { ...process.env, TZ: 'UTC' }, cwd: paths.dir });
@@ -161,7 +192,7 @@ export class MariaDbEngine implements EngineDriver {
 
   async start(inst: Instance): Promise<void> {
     if ((await this.isRunning(inst)) && (await this.answers(inst))) return;
-    const account = await this.account();
+    const account = await this.account(inst);
     const server = await findBinary('mariadbd', 'mysqld');
     const pid = await spawnDetached(server, [`--defaults-file=${this.cnf(inst)}`], {
       as: account,
@@ -239,9 +270,70 @@ export class MariaDbEngine implements EngineDriver {
       const [rows] = await c.query<mysql.RowDataPacket[]>("select 1 from mysql.user where User = ? and Host = '%'", [admin]);
       if (rows.length) await c.query("ALTER USER ?@'%' IDENTIFIED BY PASSWORD ?", [admin, hash]);
       else await c.query("CREATE USER ?@'%' IDENTIFIED BY PASSWORD ?", [admin, hash]);
-      await c.query("GRANT ALL PRIVILEGES ON *.* TO ?@'%' WITH GRANT OPTION", [admin]);
-      await c.query("REVOKE FILE, SUPER, SHUTDOWN ON *.* FROM ?@'%'", [admin]);
+      // Whatever it held before (an instance made with broader grants) goes, at every level...
+      await c.query("REVOKE ALL PRIVILEGES, GRANT OPTION FROM ?@'%'", [admin]);
+      // ... and it gets the customer databases, each with the grant option.
+      for (const db of await this.databaseRows(c)) await this.grantAdmin(c, admin, db.name);
+      await this.confineCustomerAccounts(c, inst);
+      await this.restrictDumpAccount(c, inst);
     });
+  }
+
+  /**
+   * Every privilege on one customer database, with the grant option. In a database-level grant the
+   * name is a pattern (`_` matches any character), and the customer's own `GRANT ... ON app_data.*`
+   * may only pass on a pattern the admin holds as written: so the admin gets the name as a pattern,
+   * unless that pattern also matches a system database (`mysq_` would cover `mysql`), when it gets
+   * the name literally. A pattern can only reach other databases of the same instance, all the customer's.
+   */
+  private async grantAdmin(c: mysql.Connection, admin: string, database: string): Promise<void> {
+    const [[hit]] = await c.query<mysql.RowDataPacket[]>(
+      `select ${SYSTEM_DATABASES.map(() => '? like ?').join(' or ')} as system`,
+      SYSTEM_DATABASES.flatMap((d) => [d, database]),
+    );
+    const pattern = Number(hit.system) ? literalPattern(database) : database;
+    await c.query(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(pattern, true)}.* TO ?@'%' WITH GRANT OPTION`, [admin]);
+  }
+
+  /**
+   * Takes from every customer account and role (all but the server's and the control plane's) its
+   * global privileges and whatever it holds on the system databases or through a proxy grant. Only
+   * an instance made with broader grants has any: written to the grant tables as root, then loaded.
+   */
+  private async confineCustomerAccounts(c: mysql.Connection, inst: Instance): Promise<void> {
+    const keep = (await this.internalUsers(inst)).filter((u) => u !== '');
+    const system = SYSTEM_DATABASES.filter((d) => d !== 'information_schema');
+    const affected = async (sql: string, params: unknown[]) => (await c.query<mysql.ResultSetHeader>(sql, params))[0].affectedRows;
+    let changed = 0;
+    changed += await affected("update mysql.global_priv set priv = json_set(priv, '$.access', 0) where User not in (?) and json_value(priv, '$.access') <> 0", [
+      keep,
+    ]);
+    // Database-level grants are patterns: one that matches a system database's name covers it.
+    changed += await affected(`delete from mysql.db where User not in (?) and (${system.map(() => '? like Db').join(' or ')})`, [keep, ...system]);
+    for (const table of ['tables_priv', 'columns_priv', 'procs_priv'])
+      changed += await affected(`delete from mysql.${table} where User not in (?) and Db in (?)`, [keep, system]);
+    changed += await affected('delete from mysql.proxies_priv where User not in (?)', [keep]);
+    if (changed > 0) await c.query('FLUSH PRIVILEGES');
+  }
+
+  /**
+   * The server OS accounts' MariaDB accounts (Debian's `mysql`, and the instance's own, which the
+   * dump runs as) can read, for mariadb-dump, and nothing else. When the control plane is that
+   * account itself (an unprivileged checkout runs everything as one OS account), it keeps its rights.
+   */
+  private async restrictDumpAccount(c: mysql.Connection, inst: Instance): Promise<void> {
+    const dump = await this.dumpUser(inst);
+    if (dump === this.controlUser()) return;
+    await c.query("CREATE USER IF NOT EXISTS ?@'localhost' IDENTIFIED VIA unix_socket", [dump]);
+    for (const user of new Set(['mysql', dump])) {
+      if (user === this.controlUser()) continue;
+      const [found] = await c.query<mysql.RowDataPacket[]>("select 1 from mysql.user where User = ? and Host = 'localhost'", [user]);
+      if (!found.length) continue;
+      await c.query("REVOKE ALL PRIVILEGES, GRANT OPTION FROM ?@'localhost'", [user]);
+      const [proxies] = await c.query<mysql.ResultSetHeader>("delete from mysql.proxies_priv where User = ? and Host = 'localhost'", [user]);
+      if (proxies.affectedRows > 0) await c.query('FLUSH PRIVILEGES');
+      await c.query(`GRANT ${DUMP_PRIVILEGES} ON *.* TO ?@'localhost'`, [user]);
+    }
   }
 
   async vitals(inst: Instance): Promise<ServerVitals> {
@@ -290,7 +382,9 @@ export class MariaDbEngine implements EngineDriver {
         charset ??= rows[0].charset as string;
       }
       const options = `${charset ? ` CHARACTER SET ${charset}` : ''}${spec.collation ? ` COLLATE ${spec.collation}` : ''}`;
-      await c.query(`CREATE DATABASE ${mysql.escapeId(spec.name)}${options}`);
+      await c.query(`CREATE DATABASE ${mysql.escapeId(spec.name, true)}${options}`);
+      // The admin's rights on it: it has none on the server as a whole.
+      await this.grantAdmin(c, inst.rec.adminUsername, spec.name);
       return (await this.databaseRows(c, spec.name))[0];
     });
   }
@@ -302,13 +396,13 @@ export class MariaDbEngine implements EngineDriver {
       // transaction cannot hold the drop up.
       const [sessions] = await c.query<mysql.RowDataPacket[]>('select id from information_schema.processlist where db = ? and id <> connection_id()', [name]);
       for (const s of sessions) await c.query('KILL CONNECTION ?', [Number(s.id)]).catch(() => undefined);
-      await c.query(`DROP DATABASE ${mysql.escapeId(name)}`);
+      await c.query(`DROP DATABASE ${mysql.escapeId(name, true)}`);
     });
   }
 
-  private async accounts(c: mysql.Connection, user?: DbUserRef): Promise<Array<{ user: string; host: string }>> {
+  private async accounts(c: mysql.Connection, inst: Instance, user?: DbUserRef): Promise<Array<{ user: string; host: string }>> {
     const where = ["is_role = 'N'", 'User not in (?)'];
-    const params: unknown[] = [INTERNAL_USERS];
+    const params: unknown[] = [await this.internalUsers(inst)];
     if (user) {
       where.push('User = ?');
       params.push(user.username);
@@ -329,13 +423,15 @@ export class MariaDbEngine implements EngineDriver {
   }
 
   async listUsers(inst: Instance): Promise<DbUser[]> {
-    return this.withConnection(inst, async (c) => (await this.accounts(c)).map((a) => this.toUser(inst, a)));
+    return this.withConnection(inst, async (c) => (await this.accounts(c, inst)).map((a) => this.toUser(inst, a)));
   }
 
   async createUser(inst: Instance, username: string, password: string): Promise<DbUser> {
     const hash = mysqlNativePasswordHash(password);
+    if ((await this.internalUsers(inst)).includes(username))
+      throw new BackendRefusedError(BACKEND, `"${username}" is an account of the database server`, 'validation_failed', 'username');
     return this.withConnection(inst, async (c) => {
-      if ((await this.accounts(c, { username, host: '%' })).length)
+      if ((await this.accounts(c, inst, { username, host: '%' })).length)
         throw new BackendRefusedError(BACKEND, `user "${username}@%" already exists`, 'already_exists');
       await c.query("CREATE USER ?@'%' IDENTIFIED BY PASSWORD ?", [username, hash]);
       return this.toUser(inst, { user: username, host: '%' });
@@ -344,7 +440,7 @@ export class MariaDbEngine implements EngineDriver {
 
   async deleteUser(inst: Instance, user: DbUserRef): Promise<void> {
     await this.withConnection(inst, async (c) => {
-      const accounts = await this.accounts(c, user);
+      const accounts = await this.accounts(c, inst, user);
       if (!accounts.length) throw new BackendGoneError(BACKEND, `user ${user.host === undefined ? user.username : `${user.username}@${user.host}`}`);
       if (accounts.some((a) => this.toUser(inst, a).isAdmin)) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
       for (const a of accounts) await c.query('DROP USER ?@?', [a.user, a.host]);
@@ -354,7 +450,7 @@ export class MariaDbEngine implements EngineDriver {
         "select id, substring_index(host, ':', 1) as client from information_schema.processlist where user = ? and id <> connection_id()",
         [user.username],
       );
-      const remaining = await this.accounts(c, { username: user.username });
+      const remaining = await this.accounts(c, inst, { username: user.username });
       for (const s of sessions) {
         const matches = async (pattern: string) => {
           const [r] = await c.query<mysql.RowDataPacket[]>('select ? like ? as m', [s.client, pattern]);
@@ -370,7 +466,7 @@ export class MariaDbEngine implements EngineDriver {
   async setPassword(inst: Instance, user: DbUserRef, password: string): Promise<void> {
     const hash = mysqlNativePasswordHash(password);
     await this.withConnection(inst, async (c) => {
-      const accounts = await this.accounts(c, user);
+      const accounts = await this.accounts(c, inst, user);
       if (!accounts.length) throw new BackendGoneError(BACKEND, `user ${user.host === undefined ? user.username : `${user.username}@${user.host}`}`);
       for (const a of accounts) await c.query('ALTER USER ?@? IDENTIFIED BY PASSWORD ?', [a.user, a.host, hash]);
     });
@@ -430,12 +526,20 @@ export class MariaDbEngine implements EngineDriver {
   }
 
   async dumpCommand(inst: Instance): Promise<DumpCommand> {
-    const databases = (await this.listDatabases(inst)).map((d) => d.name);
-    const account = await this.account();
+    const names = (await this.listDatabases(inst)).map((d) => d.name);
+    // Only names the API could have made; anything else was made around it (by SQL with broader
+    // rights than customers now have) and is left out, said in the process's warnings.
+    const databases = names.filter((n) => DB_NAME_PATTERN.test(n));
+    const skipped = names.filter((n) => !DB_NAME_PATTERN.test(n));
+    if (skipped.length)
+      process.emitWarning(`dbaas instance ${inst.rec.name}: databases left out of the dump (names the API does not make): ${JSON.stringify(skipped)}`, {
+        code: 'DBAAS_DUMP_SKIPPED',
+      });
     // Users as CREATE USER IF NOT EXISTS (--insert-ignore), so the dump replays into a fresh server.
     const args = [
       `--socket=${this.socket(inst)}`,
-      `--user=${runningAsRoot() ? account.name : currentAccount().name}`,
+      // The dump runs as the instance's account: `<account>@localhost` by unix_socket, read-only (restrictDumpAccount).
+      `--user=${await this.dumpUser(inst)}`,
       '--single-transaction',
       '--routines',
       '--events',
@@ -443,7 +547,8 @@ export class MariaDbEngine implements EngineDriver {
       '--insert-ignore',
       '--system=users',
     ];
-    if (databases.length) args.push('--databases', ...databases);
+    // `--` ends the options: whatever follows is a database name, never an option.
+    if (databases.length) args.push('--databases', '--', ...databases);
     return { command: await findBinary('mariadb-dump', 'mysqldump'), args };
   }
 }

@@ -1,23 +1,29 @@
 /**
  * PostgreSQL instances: the installed major version's binaries (initdb, pg_ctl, pg_dumpall), one
- * cluster per instance, run by the `postgres` system account (PostgreSQL refuses root).
+ * cluster per instance, run by the instance's own system account (engine.ts; `postgres` for an
+ * instance from before accounts per instance), never root (PostgreSQL refuses it).
  *
  * Access: clients over TCP on the loopback port with TLS only (`hostssl`, SCRAM); the control
  * plane as the bootstrap superuser `postgres` over the instance's private Unix socket (directory
- * 0700, peer authentication mapped from the OS accounts root/postgres), so it never needs, and
+ * 0700, peer authentication mapped from root and the instance's account), so it never needs, and
  * never holds, a customer password. The customer's admin is not a superuser and has no CREATEROLE
  * (on PostgreSQL 15 it could grant itself pg_execute_server_program and run programs as the
  * server's account, next to other instances): it creates databases, monitors and ends sessions,
  * and is granted every user created through the API, whose objects it can therefore manage.
+ *
+ * The API refuses the server's own names (`postgres`, `pg_*`); this file refuses the server's own
+ * roles again by what they are (SERVER_ROLE: superuser, replication, BYPASSRLS, bootstrap or
+ * predefined), checked on the row it changes, locked in the same transaction. Such roles are never
+ * listed, renamed, dropped, given a password or made a database's owner.
  */
 import { promises as fs, readdirSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import type { DbDatabase, DbLogEntry, DbLogLevel, DbStats, DbUser, DbUserRef, NewDbDatabase } from '../dbaas.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
-import { groupLogLines, num, type DumpCommand, type EngineDriver, type Instance, type ServerVitals } from './engine';
+import { groupLogLines, instanceAccount, instanceAddress, num, type DumpCommand, type EngineDriver, type Instance, type ServerVitals } from './engine';
 import { scramSha256Verifier } from './password-verifiers';
-import { chownTree, currentAccount, processAlive, readPidFile, run, runningAsRoot, serverAccount, type Account } from './system';
+import { chownTree, currentAccount, ownedDirectory, processAlive, readPidFile, run, runningAsRoot, type Account } from './system';
 
 const BACKEND = 'dbaas';
 const SUPERUSER = 'postgres';
@@ -38,6 +44,13 @@ export function installedPostgresBinDir(base = '/usr/lib/postgresql'): string {
   versions.sort((a, b) => Number(a) - Number(b));
   return path.join(base, versions[versions.length - 1], 'bin');
 }
+
+/**
+ * SQL over `pg_authid r`: a role of the server, not of the customer. Superusers, and roles that
+ * replicate or bypass row security, can read or change everything; oids below FirstNormalObjectId
+ * (16384) are the bootstrap superuser and the predefined roles, which also own every `pg_*` name.
+ */
+const SERVER_ROLE = "(r.rolsuper or r.rolreplication or r.rolbypassrls or r.oid < 16384 or r.rolname ~ '^pg_')";
 
 const ident = (name: string) => pg.escapeIdentifier(name);
 const literal = (value: string) => pg.escapeLiteral(value);
@@ -76,13 +89,11 @@ const DETAIL_TAGS = new Set(['DETAIL', 'HINT', 'CONTEXT', 'STATEMENT', 'QUERY', 
 export class PostgresEngine implements EngineDriver {
   readonly engine = 'postgresql' as const;
   readonly defaultDatabase = 'postgres';
-  private accountP: Promise<Account> | null = null;
 
   constructor(private readonly binDir: string = installedPostgresBinDir()) {}
 
-  account(): Promise<Account> {
-    this.accountP ??= serverAccount('postgres');
-    return this.accountP;
+  account(inst: Instance): Promise<Account> {
+    return instanceAccount(inst, 'postgres');
   }
 
   private bin(tool: string): string {
@@ -98,16 +109,16 @@ export class PostgresEngine implements EngineDriver {
   }
 
   async initialize(inst: Instance, tls: { certFile: string; keyFile: string }): Promise<void> {
-    const account = await this.account();
+    const account = await this.account(inst);
     const { paths, rec } = inst;
-    for (const dir of [paths.data, paths.run, paths.log, paths.backups]) await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    await chownTree(paths.dir, account);
+    for (const dir of [paths.data, paths.run, paths.log, paths.backups]) await ownedDirectory(dir, account);
     await run(
       this.bin('initdb'),
       ['-D', paths.data, '-U', SUPERUSER, '-E', 'UTF8', '--locale=C.UTF-8', '--auth-local=peer', '--auth-host=scram-sha-256', '--no-instructions'],
       { as: account, env: { ...process.env, LC_ALL: 'C.UTF-8' } },
     );
-    // Peer authentication maps the OS accounts that manage instances to the superuser.
+    // Peer authentication maps the OS accounts that manage this instance (root, and its own
+    // account for the dumps) to the superuser; no other instance's account gets in.
     const controllers = runningAsRoot() ? ['root', account.name] : [currentAccount().name];
     await fs.writeFile(path.join(paths.data, 'pg_ident.conf'), controllers.map((os) => `control ${os} ${SUPERUSER}\n`).join(''));
     await fs.writeFile(
@@ -116,13 +127,14 @@ export class PostgresEngine implements EngineDriver {
         '# Managed by the control plane: the superuser over the private socket only; everyone else',
         '# over TCP with TLS and SCRAM (no plain-text connections at all).',
         `local all ${SUPERUSER} peer map=control`,
-        'hostssl all all 127.0.0.1/32 scram-sha-256',
+        // A client of 127.78.x.y normally connects from 127.0.0.1: any loopback source.
+        'hostssl all all 127.0.0.0/8 scram-sha-256',
         'hostssl all all ::1/128 scram-sha-256',
         '',
       ].join('\n'),
     );
     const settings: Record<string, string> = {
-      listen_addresses: "'127.0.0.1'",
+      listen_addresses: literal(instanceAddress(rec)),
       port: String(rec.port),
       unix_socket_directories: literal(paths.run),
       unix_socket_permissions: '0700',
@@ -159,7 +171,7 @@ export class PostgresEngine implements EngineDriver {
   async start(inst: Instance): Promise<void> {
     if (await this.isRunning(inst)) return;
     await run(this.bin('pg_ctl'), ['start', '-D', inst.paths.data, '-l', this.logPath(inst), '-w', '-t', String(START_TIMEOUT_S), '-s'], {
-      as: await this.account(),
+      as: await this.account(inst),
       detached: true,
       timeoutMs: (START_TIMEOUT_S + 10) * 1000,
     });
@@ -168,7 +180,7 @@ export class PostgresEngine implements EngineDriver {
   async stop(inst: Instance): Promise<void> {
     if (!(await this.isRunning(inst))) return;
     await run(this.bin('pg_ctl'), ['stop', '-D', inst.paths.data, '-m', 'fast', '-w', '-t', String(START_TIMEOUT_S), '-s'], {
-      as: await this.account(),
+      as: await this.account(inst),
       timeoutMs: (START_TIMEOUT_S + 10) * 1000,
     }).catch(async (err) => {
       if (await this.isRunning(inst)) throw err;
@@ -179,7 +191,7 @@ export class PostgresEngine implements EngineDriver {
     if (!(await this.isRunning(inst))) return this.start(inst);
     // Fast mode: every session is ended (rolled back) before the server goes down.
     await run(this.bin('pg_ctl'), ['restart', '-D', inst.paths.data, '-l', this.logPath(inst), '-m', 'fast', '-w', '-t', String(START_TIMEOUT_S), '-s'], {
-      as: await this.account(),
+      as: await this.account(inst),
       detached: true,
       timeoutMs: (2 * START_TIMEOUT_S + 10) * 1000,
     });
@@ -207,9 +219,30 @@ export class PostgresEngine implements EngineDriver {
     }
   }
 
-  private async roleExists(client: pg.Client, name: string): Promise<boolean> {
-    const { rowCount } = await client.query('select 1 from pg_roles where rolname = $1 and rolcanlogin', [name]);
-    return (rowCount ?? 0) > 0;
+  /** Runs `fn` in a transaction on `client`: committed when it resolves, rolled back when it throws. */
+  private async inTransaction<T>(client: pg.Client, fn: () => Promise<T>): Promise<T> {
+    await client.query('begin');
+    try {
+      const result = await fn();
+      await client.query('commit');
+      return result;
+    } catch (err) {
+      await client.query('rollback').catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /**
+   * The customer role `name` that can log in, or null when there is none. A role of the server
+   * (SERVER_ROLE) is refused (400 with `param`) whatever its name. Inside a transaction the row is
+   * locked until it ends, so the statement that follows acts on the role as checked.
+   */
+  private async customerLogin(client: pg.Client, name: string, param = 'username'): Promise<boolean> {
+    const { rows } = await client.query(`select r.rolcanlogin as login, ${SERVER_ROLE} as server from pg_authid r where r.rolname = $1 for update`, [name]);
+    if (rows.length === 0) return false;
+    if (rows[0].server)
+      throw new BackendRefusedError(BACKEND, `"${name}" is an account of the database server, not a user of this service`, 'protected', param);
+    return rows[0].login === true;
   }
 
   async ensureAdmin(inst: Instance, password: string): Promise<void> {
@@ -217,7 +250,7 @@ export class PostgresEngine implements EngineDriver {
     const verifier = literal(scramSha256Verifier(password));
     await this.withClient(inst, async (c) => {
       const { rowCount } = await c.query('select 1 from pg_roles where rolname = $1', [admin]);
-      const attrs = 'LOGIN CREATEDB NOCREATEROLE NOSUPERUSER';
+      const attrs = 'LOGIN CREATEDB NOCREATEROLE NOSUPERUSER NOREPLICATION NOBYPASSRLS';
       if (rowCount) await c.query(`ALTER ROLE ${ident(admin)} ${attrs} PASSWORD ${verifier}`);
       else await c.query(`CREATE ROLE ${ident(admin)} ${attrs} PASSWORD ${verifier}`);
       await c.query(`GRANT pg_monitor, pg_signal_backend TO ${ident(admin)}`);
@@ -249,7 +282,10 @@ export class PostgresEngine implements EngineDriver {
     return this.withClient(inst, async (c) => {
       const exists = await c.query('select 1 from pg_database where datname = $1', [spec.name]);
       if (exists.rowCount) throw new BackendRefusedError(BACKEND, `database "${spec.name}" already exists`, 'already_exists');
-      if (!(await this.roleExists(c, owner))) throw new BackendRefusedError(BACKEND, `user "${owner}" does not exist`, 'validation_failed', 'owner');
+      // CREATE DATABASE cannot run in a transaction: the owner is checked just before (only the
+      // control plane, over its socket, can turn a role into a server role meanwhile).
+      if (!(await this.customerLogin(c, owner, 'owner')))
+        throw new BackendRefusedError(BACKEND, `user "${owner}" does not exist`, 'validation_failed', 'owner');
       try {
         await c.query(`CREATE DATABASE ${ident(spec.name)} OWNER ${ident(owner)}`);
       } catch (err) {
@@ -271,13 +307,16 @@ export class PostgresEngine implements EngineDriver {
 
   async listUsers(inst: Instance): Promise<DbUser[]> {
     return this.withClient(inst, async (c) => {
-      const { rows } = await c.query("select rolname from pg_roles where rolcanlogin and rolname <> $1 and rolname !~ '^pg_' order by rolname", [SUPERUSER]);
+      // The server's roles (the control plane's superuser among them) are not the customer's users.
+      const { rows } = await c.query(`select r.rolname from pg_authid r where r.rolcanlogin and not ${SERVER_ROLE} order by r.rolname`);
       return rows.map((r) => ({ id: r.rolname, username: r.rolname, host: null, isAdmin: r.rolname === inst.rec.adminUsername }));
     });
   }
 
   async createUser(inst: Instance, username: string, password: string): Promise<DbUser> {
     const verifier = literal(scramSha256Verifier(password));
+    if (username.startsWith('pg_'))
+      throw new BackendRefusedError(BACKEND, 'names starting with "pg_" are reserved by PostgreSQL', 'validation_failed', 'username');
     return this.withClient(inst, async (c) => {
       const exists = await c.query('select 1 from pg_roles where rolname = $1', [username]);
       if (exists.rowCount) throw new BackendRefusedError(BACKEND, `user "${username}" already exists`, 'already_exists');
@@ -293,9 +332,13 @@ export class PostgresEngine implements EngineDriver {
     if (username === inst.rec.adminUsername) throw new BackendRefusedError(BACKEND, 'the admin user cannot be deleted', 'conflict');
     const admin = inst.rec.adminUsername;
     const databases = await this.withClient(inst, async (c) => {
-      if (user.host !== undefined || !(await this.roleExists(c, username))) throw new BackendGoneError(BACKEND, `user ${username}`);
-      // No new sessions, then end the open ones (waiting up to 5 s for each to go).
-      await c.query(`ALTER ROLE ${ident(username)} NOLOGIN`);
+      if (user.host !== undefined) throw new BackendGoneError(BACKEND, `user ${username}`);
+      await this.inTransaction(c, async () => {
+        if (!(await this.customerLogin(c, username))) throw new BackendGoneError(BACKEND, `user ${username}`);
+        // No new sessions...
+        await c.query(`ALTER ROLE ${ident(username)} NOLOGIN`);
+      });
+      // ... then end the open ones (waiting up to 5 s for each to go).
       await c.query('select pg_terminate_backend(pid, 5000) from pg_stat_activity where usename = $1', [username]);
       const { rows } = await c.query('select datname from pg_database where datallowconn and not datistemplate order by datname');
       return rows.map((r) => r.datname as string);
@@ -311,15 +354,23 @@ export class PostgresEngine implements EngineDriver {
         database,
       );
     }
-    await this.withClient(inst, (c) => c.query(`DROP ROLE ${ident(username)}`));
+    await this.withClient(inst, (c) =>
+      this.inTransaction(c, async () => {
+        // Checked again on the row it drops (it no longer logs in).
+        await this.customerLogin(c, username);
+        await c.query(`DROP ROLE ${ident(username)}`);
+      }),
+    );
   }
 
   async setPassword(inst: Instance, user: DbUserRef, password: string): Promise<void> {
     const verifier = literal(scramSha256Verifier(password));
-    await this.withClient(inst, async (c) => {
-      if (user.host !== undefined || !(await this.roleExists(c, user.username))) throw new BackendGoneError(BACKEND, `user ${user.username}`);
-      await c.query(`ALTER ROLE ${ident(user.username)} PASSWORD ${verifier}`);
-    });
+    await this.withClient(inst, (c) =>
+      this.inTransaction(c, async () => {
+        if (user.host !== undefined || !(await this.customerLogin(c, user.username))) throw new BackendGoneError(BACKEND, `user ${user.username}`);
+        await c.query(`ALTER ROLE ${ident(user.username)} PASSWORD ${verifier}`);
+      }),
+    );
   }
 
   async stats(inst: Instance): Promise<DbStats> {
@@ -372,7 +423,8 @@ export class PostgresEngine implements EngineDriver {
   }
 
   async dumpCommand(inst: Instance): Promise<DumpCommand> {
-    // Roles and every database, as SQL that psql replays into an empty cluster.
+    // Roles and every database, as SQL that psql replays into an empty cluster. pg_dumpall reads
+    // the database names itself: no name from the engine or the customer is ever an argument.
     return { command: this.bin('pg_dumpall'), args: ['-h', inst.paths.run, '-p', String(inst.rec.port), '-U', SUPERUSER, '--no-password'] };
   }
 }

@@ -200,14 +200,41 @@ export async function exists(file: string): Promise<boolean> {
   }
 }
 
+/**
+ * Gives `dir` and everything in it to `account`. Never follows a symbolic link (lchown, and a link
+ * to a directory is not descended into): root must not hand a file outside the tree to a server.
+ */
 export async function chownTree(dir: string, account: Account): Promise<void> {
   if (!runningAsRoot()) return;
-  await fs.chown(dir, account.uid, account.gid);
+  await fs.lchown(dir, account.uid, account.gid);
   for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
     const p = path.join(dir, entry.name);
     if (entry.isDirectory()) await chownTree(p, account);
-    else await fs.chown(p, account.uid, account.gid);
+    else await fs.lchown(p, account.uid, account.gid);
   }
+}
+
+/** Creates `dir` (mode 0700) for `account` alone: owned by it when this process is root. */
+export async function ownedDirectory(dir: string, account: Account): Promise<void> {
+  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  await fs.chmod(dir, 0o700);
+  if (runningAsRoot()) await fs.lchown(dir, account.uid, account.gid);
+}
+
+/** Kills every process of the account (SIGKILL); none is fine. Only for an instance's own account. */
+export async function killProcessesOf(account: string): Promise<void> {
+  if (!runningAsRoot()) return;
+  // pkill exits 1 when nothing matched.
+  await run('pkill', ['-KILL', '-u', account]).catch(() => undefined);
+  await waitFor(
+    async () =>
+      !(await run('pgrep', ['-u', account]).then(
+        () => true,
+        () => false,
+      )),
+    5_000,
+    50,
+  );
 }
 
 /**
@@ -250,7 +277,9 @@ export async function tailLines(
   enough: (lines: string[]) => boolean,
   maxBytes = 8 * 1024 * 1024,
 ): Promise<{ lines: string[]; fromStart: boolean }> {
-  const handle = await fs.open(file, 'r');
+  // Not through a symbolic link: the file is in a directory the server's account writes, and this
+  // process (root) must not read another instance's log, or any file, on its behalf.
+  const handle = await fs.open(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
   try {
     const { size } = await handle.stat();
     let position = size;

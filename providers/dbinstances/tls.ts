@@ -1,8 +1,9 @@
 /**
  * TLS for the database instances: one certificate authority per install (generated on first use
  * with the openssl CLI, kept under `<root>/ca/`), and a server certificate per instance signed by
- * it, valid for the loopback address and `localhost`. Clients verify the server against the CA
- * that `connection` returns.
+ * it, valid for that instance's own loopback address only (no `localhost`, no shared address): a
+ * client that verifies the name (verify-full) against the CA that `connection` returns reaches its
+ * own instance or none, even when another instance's server answers on its address.
  */
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
@@ -63,7 +64,7 @@ export async function readCaCertificate(ca: CertificateAuthority): Promise<strin
 
 /**
  * Issues `server.key` / `server.crt` into `dir` for the given addresses, readable only by the
- * account the server runs as.
+ * account the server runs as (which gets `dir` too).
  */
 export async function issueServerCertificate(
   ca: CertificateAuthority,
@@ -114,6 +115,7 @@ export async function issueServerCertificate(
   if (runningAsRoot()) {
     await fs.chown(keyFile, opts.owner.uid, opts.owner.gid);
     await fs.chown(certFile, opts.owner.uid, opts.owner.gid);
+    await fs.chown(dir, opts.owner.uid, opts.owner.gid);
   }
   return { certFile, keyFile };
 }

@@ -3,8 +3,8 @@ import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
 import { requireActionable, requireCapability } from '../../../domain/services';
 import { adminPassword, changeAdminPassword, findVisibleDbaas, requireInstance, visibleDbaasQuery, type DbaasTarget } from '../../../domain/dbaas/store';
-import { checkDatabaseName, checkUsername, parseUserId } from '../../../domain/dbaas/validation';
-import type { DbUserRef } from '../../../providers/dbaas.provider';
+import { checkDatabaseName, checkUserRef, checkUsername, parseUserId } from '../../../domain/dbaas/validation';
+import type { DbEngine, DbUserRef } from '../../../providers/dbaas.provider';
 import { BackendGoneError, liveRead } from '../../../providers/errors';
 import type { AppDeps } from '../../deps';
 import { notFound, validationFailed } from '../../errors';
@@ -60,10 +60,15 @@ async function instanceTarget(deps: AppDeps, principal: Principal, id: string, c
   return { target, instance: requireInstance(target) };
 }
 
-/** A user path segment: a name, or a MySQL `user@host` id (400 otherwise). */
-function userRef(raw: string): DbUserRef {
+/**
+ * A user path segment: a name, or a MySQL `user@host` id. 400 otherwise, and 400 for the engine's
+ * and the control plane's own accounts (`postgres`, `root`, `pg_*`...): a customer never acts on them.
+ */
+function userRef(raw: string, engine: DbEngine): DbUserRef {
   const ref = parseUserId(raw);
   if (!ref) throw validationFailed([{ param: 'username', message: 'must be a user name, or on MySQL a user@host id' }]);
+  const check = checkUserRef(ref, engine);
+  if (!check.ok) throw validationFailed([{ param: 'username', message: check.message }]);
   return ref;
 }
 
@@ -190,7 +195,7 @@ export const dbaasRoutes = [
     operationId: 'createDbaasDatabase',
     summary: 'Create a database',
     description:
-      "Body `name`; `owner` applies to PostgreSQL only (a user of the instance; default the admin), `charset` and `collation` to MySQL only; each engine ignores the others'. The response has no size or table count. `409 conflict` when it exists.",
+      "Body `name`; `owner` applies to PostgreSQL only (a user of the instance, never the engine's own superuser or predefined roles; default the admin), `charset` and `collation` to MySQL only; each engine ignores the others'. The response has no size or table count. `409 conflict` when it exists.",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -203,6 +208,9 @@ export const dbaasRoutes = [
       const { instance } = await instanceTarget(deps, principal, params.id, 'databases', 'creating a database');
       const check = checkDatabaseName(body.name, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
+      // The owner is a user of the instance: never the engine's superuser or a predefined role.
+      const owner = body.owner !== undefined && instance.engine === 'postgresql' ? checkUsername(body.owner, instance.engine) : null;
+      if (owner && !owner.ok) throw validationFailed([{ param: 'owner', message: owner.message }]);
       const spec =
         instance.engine === 'postgresql' ? { name: body.name, owner: body.owner } : { name: body.name, charset: body.charset, collation: body.collation };
       const database = await deps.providers.dbaas.createDatabase(instance.instance, spec);
@@ -214,7 +222,8 @@ export const dbaasRoutes = [
     path: '/v1/dbaas/{id}/databases/{name}',
     operationId: 'deleteDbaasDatabase',
     summary: 'Drop a database',
-    description: 'Drops the database and everything in it; its open sessions are ended first. `404` when there is no such database.',
+    description:
+      "Drops the database and everything in it; its open sessions are ended first. `404` when there is no such database, `400` for one of the engine's own (`postgres`, `template1`, `mysql`...).",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -223,7 +232,8 @@ export const dbaasRoutes = [
     responses: [{ status: 204, description: 'Dropped' }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
       const { instance } = await instanceTarget(deps, principal, params.id, 'databases', 'dropping a database');
-      if (!checkDatabaseName(params.name, instance.engine).ok) throw notFound('database');
+      const check = checkDatabaseName(params.name, instance.engine);
+      if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
       await orNotFound('database', () => deps.providers.dbaas.deleteDatabase(instance.instance, params.name));
       return { status: 204 };
     },
@@ -234,7 +244,7 @@ export const dbaasRoutes = [
     operationId: 'listDbaasUsers',
     summary: 'List the users of a database service',
     description:
-      "Read from the instance, the admin included (`is_admin`). On MySQL the same name may appear with several hosts: the `user@host` pair is the user's `id`.",
+      "Read from the instance, the admin included (`is_admin`); the engine's and the control plane's own accounts are left out. On MySQL the same name may appear with several hosts: the `user@host` pair is the user's `id`.",
     tag: TAG,
     scope: 'dbaas:read',
     credential: 'credential',
@@ -278,7 +288,7 @@ export const dbaasRoutes = [
     operationId: 'deleteDbaasUser',
     summary: 'Delete a user',
     description:
-      "Ends the user's open sessions, then removes it; deletes no data (on PostgreSQL what it owned passes to the admin). On MySQL a name alone removes every host of that name, `user@host` one account. The admin cannot be deleted (`409`). `404` when there is no such user.",
+      "Ends the user's open sessions, then removes it; deletes no data (on PostgreSQL what it owned passes to the admin). On MySQL a name alone removes every host of that name, `user@host` one account. The admin cannot be deleted (`409`). `404` when there is no such user; `400` for the engine's and the control plane's own accounts (`postgres`, `pg_*`, `root`...), which are never listed.",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -287,7 +297,7 @@ export const dbaasRoutes = [
     responses: [{ status: 204, description: 'Deleted' }, NO_INSTANCE],
     async handler({ params, principal, deps }) {
       const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'deleting a user');
-      const ref = userRef(params.username);
+      const ref = userRef(params.username, instance.engine);
       await orNotFound('user', () => deps.providers.dbaas.deleteUser(instance.instance, ref));
       return { status: 204 };
     },
@@ -298,7 +308,7 @@ export const dbaasRoutes = [
     operationId: 'setDbaasUserPassword',
     summary: "Change a user's password",
     description:
-      "Body `password`. Effective immediately for new logins; works for the admin user too (POST .../credentials then returns the new one). The password is not stored (the admin's is kept sealed), not returned, not logged.",
+      "Body `password`. Effective immediately for new logins; works for the admin user too (POST .../credentials then returns the new one). The password is not stored (the admin's is kept sealed), not returned, not logged. `400` for the engine's and the control plane's own accounts.",
     tag: TAG,
     scope: 'dbaas:write',
     credential: 'credential',
@@ -309,7 +319,7 @@ export const dbaasRoutes = [
     responses: [{ status: 204, description: 'Changed' }, NO_INSTANCE],
     async handler({ params, body, principal, deps }) {
       const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'changing a password');
-      const ref = userRef(params.username);
+      const ref = userRef(params.username, instance.engine);
       const isAdmin = ref.username === instance.admin_username && (ref.host === undefined || ref.host === '%' || instance.engine === 'postgresql');
       const onEngine = () => orNotFound('user', () => deps.providers.dbaas.setPassword(instance.instance, ref, body.password));
       // The admin's sealed copy changes with the engine's: credentials never hands out a stale password.
