@@ -11,7 +11,8 @@ import { DEFAULT_CAPABILITIES } from '../domain/capabilities';
 /**
  * Generated from the route table, so every route present and future is covered:
  * - a credential without the route's scope gets 403 insufficient_scope naming that scope;
- * - for every route with an {id}, an id the credential cannot see gets 404.
+ * - for every route with an {id}, an id the credential cannot see gets 404;
+ * - every action of a product family on a suspended or terminated service gets 409 conflict.
  */
 const routes = buildRouteTable({ devEndpoints: false }).filter((r) => !r.internal);
 const scoped = routes.filter((r) => r.scope !== null);
@@ -112,13 +113,42 @@ describe('visibility matrix: an {id} the credential cannot see gets 404', () => 
   });
 });
 
+/**
+ * Path values of a family route that name the seeded service `svc`: its `{id}`, or a resource the
+ * service owns, found (made) from the service, such as the DNS `{zone}`. Every other parameter (a
+ * record name, a backup id) gets a sample of the route's own schema: the service's status is refused
+ * before such a thing is looked up. A route that names its service by a new key asks for it here.
+ */
+const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => Promise<string>> = {
+  id: async (svc) => svc.id,
+  zone: async (svc) => {
+    const zone = `matrix-${svc.serviceId}.example`;
+    const made = await stack.http.post(`/_dev/dns/${svc.id}/zone`, { body: { zone } });
+    expect(made.status, made.text).toBe(200);
+    return zone;
+  },
+};
+
+async function actionPath(route: AnyRoute, svc: { id: string; serviceId: number }): Promise<string> {
+  const names = [...route.path.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);
+  if (!names.some((name) => SERVICE_KEYS[name])) throw new Error(`${route.path} names no service this test knows: add its key to SERVICE_KEYS`);
+  const sample = (route.params ? sampleOf(route.params) : {}) as Record<string, unknown>;
+  let path = route.path;
+  for (const name of names) {
+    const value = SERVICE_KEYS[name] ? await SERVICE_KEYS[name](svc) : sample[name];
+    if (value === undefined) throw new Error(`no value for {${name}} of ${route.path}: add one to this test`);
+    path = path.replace(`{${name}}`, encodeURIComponent(String(value)));
+  }
+  return path;
+}
+
 describe('status matrix: every action on a suspended or terminated service answers 409 conflict', () => {
-  // Actions of the product families (their `{id}` is a service); reads stay available.
-  const actions = routes.filter(
-    (r) => r.method !== 'get' && r.path.includes('{id}') && FAMILY_OF_SEGMENT[r.path.split('/')[2]] && r.path.split('/')[2] !== 'services',
-  );
-  it('covers every family action', () => {
+  // Every mutation of a product family's routes, whatever path parameter names the service (`{id}`,
+  // a DNS `{zone}`, ...); reads stay available.
+  const actions = routes.filter((r) => r.method !== 'get' && FAMILY_OF_SEGMENT[r.path.split('/')[2]] && r.path.split('/')[2] !== 'services');
+  it('covers every family action, also those keyed by a resource of the service', () => {
     expect(actions.length).toBeGreaterThan(0);
+    expect(actions.filter((r) => !r.path.includes('{id}')).map((r) => `${r.method} ${r.path}`)).toContain('put /v1/dns/zones/{zone}/records/{name}/{type}');
   });
   it("checks again in the operation's transaction (billing may suspend the service meanwhile)", async () => {
     const svc = await createService(stack.db, stack.owner.accountId, { family: 'vps', status: 'suspended' });
@@ -140,7 +170,7 @@ describe('status matrix: every action on a suspended or terminated service answe
     const family = FAMILY_OF_SEGMENT[route.path.split('/')[2]];
     const everything = Object.fromEntries(Object.keys(DEFAULT_CAPABILITIES[family] ?? {}).map((c) => [c, true]));
     const svc = await createService(stack.db, stack.owner.accountId, { family, status, capabilities: everything });
-    const res = await stack.http.request(route.method.toUpperCase(), fillPath(route, svc.id), {
+    const res = await stack.http.request(route.method.toUpperCase(), await actionPath(route, svc), {
       token: stack.owner.key,
       body: bodyFor(route),
       headers: route.idempotencyKey === 'required' ? { 'idempotency-key': newUlidId('idem') } : {},

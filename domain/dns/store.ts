@@ -1,14 +1,16 @@
 import type { Knex } from 'knex';
-import { ApiError, notFound } from '../../api/errors';
+import { ApiError, notFound, validationFailed } from '../../api/errors';
 import { whereVisibleService, type Principal } from '../principal';
 import { ServiceModel } from '../../db/models';
 import type { ServiceRow } from '../services';
 import { normalizeZoneName, parseZoneName } from './names';
+import { overlapOf, policyRefusal, selfAndAncestors, takenRefusal, treeLockKey, type ZoneOverlap, type ZoneRefusal } from './zone-policy';
 
 /**
  * The DNS family's control-plane records, and the only SQL on its tables: which zone each dns
- * service owns (`dns_zones`). A zone name is held by one service at a time; the records themselves
- * live on the DNS server only.
+ * service owns (`dns_zones`). A zone name is held by one service at a time, and no account's zone
+ * equals, contains or lies inside another account's (zone-policy.ts); the records themselves live
+ * on the DNS server only.
  */
 export interface DnsZoneRow {
   service_id: number;
@@ -26,11 +28,11 @@ export interface DnsZoneTarget {
 /** Services whose zone is gone or going: their zone is not shown and not served any more. */
 const ENDED = ['terminated', 'cancelled'];
 
-function visibleZones(db: Knex, principal: Principal): Knex.QueryBuilder {
+function visibleZones(db: Knex, principal: Principal, opts: { ended?: boolean } = {}): Knex.QueryBuilder {
   const qb = db('dns_zones')
     .join('services', 'services.id', 'dns_zones.service_id')
-    .where({ 'services.account_id': principal.accountId, 'services.family': 'dns' })
-    .whereNotIn('services.status', ENDED);
+    .where({ 'services.account_id': principal.accountId, 'services.family': 'dns' });
+  if (!opts.ended) qb.whereNotIn('services.status', ENDED);
   whereVisibleService(qb, principal, 'services.id');
   return qb;
 }
@@ -44,11 +46,13 @@ export function visibleZonesQuery(db: Knex, principal: Principal): Knex.QueryBui
 
 /**
  * The zone `{zone}` names (any case, trailing dot, IDN) if the principal sees its service; 404
- * otherwise, also for text that cannot be a zone name (convention 8).
+ * otherwise, also for text that cannot be a zone name (convention 8). Reads do not find the zone of
+ * a terminated or cancelled service; writes ask for it with `ended` (until the teardown frees the
+ * name), so that they can refuse it with `409` naming the status like every other family's action.
  */
-export async function findVisibleZone(db: Knex, principal: Principal, rawZone: string): Promise<DnsZoneTarget> {
+export async function findVisibleZone(db: Knex, principal: Principal, rawZone: string, opts: { ended?: boolean } = {}): Promise<DnsZoneTarget> {
   const name = parseZoneName(rawZone);
-  const hit = name ? await visibleZones(db, principal).where('dns_zones.name', name).first('dns_zones.service_id') : undefined;
+  const hit = name ? await visibleZones(db, principal, opts).where('dns_zones.name', name).first('dns_zones.service_id') : undefined;
   if (!hit) throw notFound('DNS zone');
   const serviceId = Number(hit.service_id);
   const [zone, service] = await Promise.all([findZoneOfService(db, serviceId), ServiceModel.query(db).findById(serviceId)]);
@@ -56,27 +60,86 @@ export async function findVisibleZone(db: Knex, principal: Principal, rawZone: s
   return { zone, service };
 }
 
-export async function findZoneOfService(db: Knex, serviceId: number): Promise<DnsZoneRow | null> {
+export async function findZoneOfService(db: Knex | Knex.Transaction, serviceId: number): Promise<DnsZoneRow | null> {
   const row = await db('dns_zones').where({ service_id: serviceId }).first();
   return row ? { ...row, service_id: Number(row.service_id) } : null;
 }
 
-/** Whether a live service holds the zone (another one than `exceptServiceId`). */
-export async function isZoneHeld(db: Knex, name: string, exceptServiceId?: number): Promise<boolean> {
-  const qb = db('dns_zones').join('services', 'services.id', 'dns_zones.service_id').where('dns_zones.name', name);
-  if (exceptServiceId !== undefined) qb.whereNot('dns_zones.service_id', exceptServiceId);
-  return (await qb.first('dns_zones.service_id')) !== undefined;
+/**
+ * How the nearest zone held by someone else stands to `zone`: the same name held by any service or
+ * live order (also the asker's own), or an overlapping one (a parent or a sub-zone) of another
+ * account; null when nothing stands in the way.
+ *
+ * Held are the zones of `dns_zones` (every service's until its teardown frees the name, whatever its
+ * status) other than `serviceId`'s, and, with `orders`, the zones of orders that are not cancelled
+ * and did not end with their service: pending (unpaid) and active orders, provisioned or not.
+ */
+async function heldOverlap(
+  db: Knex | Knex.Transaction,
+  zone: string,
+  asker: { accountId: number; serviceId?: number },
+  opts: { orders: boolean },
+): Promise<ZoneOverlap | null> {
+  const above = selfAndAncestors(zone);
+  const below = `.${zone}`;
+  const zones = db('dns_zones as d')
+    .join('services as s', 's.id', 'd.service_id')
+    .where((q) => q.whereIn('d.name', above).orWhereRaw('right(d.name, ?) = ?', [below.length, below]))
+    .select('d.name as name', 's.account_id as account_id');
+  if (asker.serviceId !== undefined) zones.whereNot('d.service_id', asker.serviceId);
+  const held: Array<{ name: string; account_id: string | number }> = await zones;
+  if (opts.orders) {
+    const orders = await db('orders as o')
+      .join('products as p', 'p.id', 'o.product_id')
+      .where('p.product_family', 'dns')
+      .whereNot('o.status', 'cancelled')
+      .where((q) =>
+        q.whereRaw(`o.options->>'zone' in (${above.map(() => '?').join(', ')})`, above).orWhereRaw(`right(o.options->>'zone', ?) = ?`, [below.length, below]),
+      )
+      .whereNotExists(db('services as ended').whereRaw('ended.order_id = o.id').whereIn('ended.status', ENDED))
+      .select(db.raw(`o.options->>'zone' as name`), 'o.account_id as account_id');
+    held.push(...orders);
+  }
+  const overlaps = held.map((row) => ({ overlap: overlapOf(zone, row.name), mine: Number(row.account_id) === asker.accountId }));
+  if (overlaps.some((o) => o.overlap === 'same')) return 'same';
+  return overlaps.find((o) => o.overlap && !o.mine)?.overlap ?? null;
 }
 
 /**
- * Records that the service owns the zone (idempotent for the same service). False when another
- * service holds the name: the unique index decides, so two orders racing for one zone cannot both win.
+ * Serialises the claims on one DNS tree (zones under one TLD) until the transaction ends, so that a
+ * check and the row that claims (an order, a `dns_zones` row) are one step across every process: of
+ * two concurrent claims of `example.org` and `shop.example.org` the second waits, then sees the first.
  */
-export async function claimZone(db: Knex, serviceId: number, name: string, nameservers: string[]): Promise<boolean> {
-  const existing = await findZoneOfService(db, serviceId);
-  if (existing) return existing.name === name;
-  const inserted = await db('dns_zones').insert({ service_id: serviceId, name, nameservers }).onConflict('name').ignore().returning('service_id');
-  return inserted.length > 0;
+async function lockZoneTree(trx: Knex.Transaction, zone: string): Promise<void> {
+  await trx.raw('select pg_advisory_xact_lock(hashtextextended(?, 0))', [treeLockKey(zone)]);
+}
+
+/**
+ * Records that the service owns the zone (idempotent for the same service), or says why it may not:
+ * a public suffix, a reserved name, or a zone that overlaps one held by another service (of another
+ * account, or the same name). The check and the insert run under the tree's lock, and the unique
+ * index backs the same name, so two services racing for overlapping zones cannot both win.
+ */
+export async function claimZone(
+  db: Knex,
+  claim: { serviceId: number; accountId: number; name: string; nameservers: string[]; reserved: readonly string[] },
+): Promise<ZoneRefusal | null> {
+  const { serviceId, name } = claim;
+  return db.transaction(async (trx) => {
+    const existing = await findZoneOfService(trx, serviceId);
+    if (existing) return existing.name === name ? null : takenRefusal(name, 'same');
+    const refused = policyRefusal(name, claim.reserved);
+    if (refused) return refused;
+    await lockZoneTree(trx, name);
+    const overlap = await heldOverlap(trx, name, { accountId: claim.accountId, serviceId }, { orders: false });
+    if (overlap) return takenRefusal(name, overlap);
+    const inserted = await trx('dns_zones')
+      .insert({ service_id: serviceId, name, nameservers: claim.nameservers })
+      .onConflict('name')
+      .ignore()
+      .returning('service_id');
+    return inserted.length > 0 ? null : takenRefusal(name, 'same');
+  });
 }
 
 /** Forgets the service's zone (after it was deleted from the server); the name is free again. */
@@ -156,14 +219,39 @@ function writeSlots(db: Knex): Slots {
   return slots;
 }
 
+/** A refusal as the order's answer: `400` at `options.zone`. */
+function orderRefusal(refusal: ZoneRefusal): ApiError {
+  if (refusal.reason === 'public_suffix') return validationFailed([{ param: 'options.zone', message: refusal.message }]);
+  return new ApiError(400, 'invalid_request_error', 'hostname_taken', refusal.message, 'options.zone');
+}
+
 /**
- * An order's `zone` option, normalised (case, trailing dot, IDN to punycode), and refused while a
- * live service holds that zone (`400 hostname_taken`, param `options.zone`).
+ * An order's `zone` option, normalised (case, trailing dot, IDN to punycode), checked before billing:
+ * a public suffix is `400 validation_failed`; a reserved name, a zone some service or live order
+ * holds, and one that contains or lies inside another account's are `400 hostname_taken` (param
+ * `options.zone`). `holdZoneForOrder` checks again under the tree's lock where the order is written.
  */
-export async function prepareZoneOrder(db: Knex, options: Record<string, unknown>): Promise<Record<string, unknown>> {
+export async function prepareZoneOrder(
+  db: Knex,
+  accountId: number,
+  options: Record<string, unknown>,
+  reserved: readonly string[],
+): Promise<Record<string, unknown>> {
   const zone = normalizeZoneName(String(options.zone ?? ''), 'options.zone');
-  if (await isZoneHeld(db, zone)) {
-    throw new ApiError(400, 'invalid_request_error', 'hostname_taken', `The zone ${zone} is already hosted here.`, 'options.zone');
-  }
+  const refused = policyRefusal(zone, reserved);
+  if (refused) throw orderRefusal(refused);
+  const overlap = await heldOverlap(db, zone, { accountId }, { orders: true });
+  if (overlap) throw orderRefusal(takenRefusal(zone, overlap));
   return { ...options, zone };
+}
+
+/**
+ * The order-time check again, in the transaction that writes the order and holding the tree's lock
+ * until it commits: of two orders racing for overlapping zones (`example.org` and
+ * `shop.example.org`, two accounts) the second sees the first's order and is refused.
+ */
+export async function holdZoneForOrder(trx: Knex.Transaction, accountId: number, zone: string): Promise<void> {
+  await lockZoneTree(trx, zone);
+  const overlap = await heldOverlap(trx, zone, { accountId }, { orders: true });
+  if (overlap) throw orderRefusal(takenRefusal(zone, overlap));
 }

@@ -1,21 +1,33 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { accountNameFor, ensureAccount, isolatedAccounts, lookupAccount, type OsAccount } from '../os-accounts';
 
 /**
  * A local PowerDNS Authoritative server (Debian's pdns-server with the gsqlite3 backend) for the local
  * run and the tests: a data directory with the SQLite database, the configuration and the API key,
  * and `pdns_server` in the foreground as a child process, DNS and HTTP API on loopback ports.
  * Production points POWERDNS_API_URL at its own servers instead; nothing here runs there.
+ *
+ * Started by root, the server binds its ports and then drops to an unprivileged account (Debian's
+ * `pdns`, else one of this data directory's own): a bug in it does not hand out root. The account
+ * owns only the database's directory (`db/`); the configuration and the API key stay root's, mode
+ * 0600, in a directory the account may pass through but not list or change. Without root nothing
+ * changes: the server runs as the caller.
  */
 export const PDNS_BINARY = '/usr/sbin/pdns_server';
 export const PDNS_SQLITE_SCHEMA = '/usr/share/pdns-backend-sqlite3/schema/schema.sqlite3.sql';
 
+/** The account Debian's pdns-server package makes for its own service; the local server drops to it too. */
+export const PDNS_ACCOUNT = 'pdns';
+/** SQLite's files of the database (WAL mode: the log and the shared-memory index beside it). */
+const DB_FILES = ['pdns.sqlite3', 'pdns.sqlite3-wal', 'pdns.sqlite3-shm', 'pdns.sqlite3-journal'];
+
 export interface PowerDnsServerOptions {
-  /** Holds pdns.sqlite3, pdns.conf, api-key (both 0600) and the control socket. Created when missing. */
+  /** Holds pdns.conf, api-key (both 0600), the control socket and `db/pdns.sqlite3`. Created when missing. */
   dataDir: string;
   /** `host:port` where DNS is answered (UDP and TCP); port 0 picks a free one. */
   dnsAddress: string;
@@ -80,13 +92,57 @@ export function readApiKey(dataDir: string): string {
   return readFileSync(path.join(dataDir, 'api-key'), 'utf8').trim();
 }
 
-/** Creates the SQLite database from the backend package's schema, once. */
-function ensureDatabase(dbFile: string, schemaFile: string): void {
+/**
+ * The account pdns_server drops to after binding: Debian's `pdns` when the machine has it, else one
+ * made for this data directory (`cdns-powerdns-<hash>`, so two checkouts' servers get two). Null
+ * without root: the server runs as the caller, as it always did.
+ */
+export async function powerDnsAccount(dataDir: string): Promise<OsAccount | null> {
+  if (!isolatedAccounts()) return null;
+  return (
+    (await lookupAccount(PDNS_ACCOUNT)) ??
+    ensureAccount(accountNameFor('dns', path.resolve(dataDir), 'powerdns'), { purpose: 'local PowerDNS', dataDir: path.resolve(dataDir) })
+  );
+}
+
+/**
+ * The data directory's modes: root's, and only passable (0710, its group) for the server's account;
+ * `db/` the account's own (0700), where SQLite writes the database and the files beside it.
+ * A database an older version kept directly in the data directory is moved into `db/`.
+ */
+function prepareDataDir(dataDir: string, dbDir: string, account: OsAccount | null): void {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  mkdirSync(dbDir, { recursive: true, mode: 0o700 });
+  if (existsSync(path.join(dataDir, DB_FILES[0])) && !existsSync(path.join(dbDir, DB_FILES[0]))) {
+    for (const name of DB_FILES) if (existsSync(path.join(dataDir, name))) renameSync(path.join(dataDir, name), path.join(dbDir, name));
+  }
+  if (!account) return;
+  chownSync(dataDir, 0, account.gid);
+  chmodSync(dataDir, 0o710);
+  lchownSync(dbDir, account.uid, account.gid);
+  chmodSync(dbDir, 0o700);
+  // Root may have written the database meanwhile (pdnsutil, an older version): SQLite's files go back
+  // to the account. Only those names, only plain files with one link: the directory is the account's,
+  // and a link it planted must not make root hand it some other file.
+  for (const name of readdirSync(dbDir)) {
+    if (!DB_FILES.includes(name)) continue;
+    const file = path.join(dbDir, name);
+    const info = lstatSync(file);
+    if (info.isFile() && info.nlink === 1 && (info.uid !== account.uid || info.gid !== account.gid)) lchownSync(file, account.uid, account.gid);
+  }
+}
+
+/** Creates the SQLite database from the backend package's schema, once (as the account that will write it). */
+function ensureDatabase(dbFile: string, schemaFile: string, account: OsAccount | null): void {
   if (existsSync(dbFile)) return;
   if (!existsSync(schemaFile)) throw new Error(`${schemaFile} is missing: install pdns-backend-sqlite3 (scripts/install/powerdns.sh)`);
   const partial = `${dbFile}.partial`;
   rmSync(partial, { force: true });
-  const result = spawnSync('sqlite3', [partial], { input: readFileSync(schemaFile), stdio: ['pipe', 'ignore', 'pipe'] });
+  const result = spawnSync('sqlite3', [partial], {
+    input: readFileSync(schemaFile),
+    stdio: ['pipe', 'ignore', 'pipe'],
+    ...(account ? { uid: account.uid, gid: account.gid } : {}),
+  });
   if (result.error || result.status !== 0) {
     rmSync(partial, { force: true });
     throw new Error(`creating the PowerDNS database failed: ${result.error?.message ?? result.stderr.toString().trim()}`);
@@ -94,7 +150,14 @@ function ensureDatabase(dbFile: string, schemaFile: string): void {
   renameSync(partial, dbFile);
 }
 
-function configText(o: { dataDir: string; dbFile: string; dns: string; api: { host: string; port: number }; apiKey: string }): string {
+function configText(o: {
+  dataDir: string;
+  dbFile: string;
+  dns: string;
+  api: { host: string; port: number };
+  apiKey: string;
+  account: OsAccount | null;
+}): string {
   return [
     '# Written by providers/powerdns/powerdns.server.ts on every start; edits are overwritten.',
     'launch=gsqlite3',
@@ -118,6 +181,8 @@ function configText(o: { dataDir: string; dbFile: string; dns: string; api: { ho
     `webserver-port=${o.api.port}`,
     'webserver-allow-from=127.0.0.0/8,::1/128',
     'webserver-loglevel=none',
+    // Dropped to after the ports, the control socket and the configuration (with the key) are taken.
+    ...(o.account ? [`# account ${o.account.name}`, `setgid=${o.account.gid}`, `setuid=${o.account.uid}`] : []),
     '',
   ].join('\n');
 }
@@ -132,6 +197,8 @@ export class PowerDnsServer {
     readonly apiKey: string,
     readonly dnsHost: string,
     readonly dnsPort: number,
+    /** The account the server runs as once started; null when it runs as the caller (no root). */
+    readonly account: OsAccount | null,
     log?: (line: string) => void,
   ) {
     const collect = (chunk: Buffer) => {
@@ -163,10 +230,12 @@ export class PowerDnsServer {
   /** Prepares the data directory, starts pdns_server and waits until its API answers with the key. */
   static async start(options: PowerDnsServerOptions): Promise<PowerDnsServer> {
     const dataDir = path.resolve(options.dataDir);
-    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    const dbDir = path.join(dataDir, 'db');
+    const account = await powerDnsAccount(dataDir);
+    prepareDataDir(dataDir, dbDir, account);
     const apiKey = ensureApiKey(dataDir);
-    const dbFile = path.join(dataDir, 'pdns.sqlite3');
-    ensureDatabase(dbFile, options.schemaFile ?? PDNS_SQLITE_SCHEMA);
+    const dbFile = path.join(dbDir, 'pdns.sqlite3');
+    ensureDatabase(dbFile, options.schemaFile ?? PDNS_SQLITE_SCHEMA, account);
 
     const dns = splitHostPort(options.dnsAddress);
     if (dns.port === 0) dns.port = await freePort(dns.host, { udp: true });
@@ -174,14 +243,14 @@ export class PowerDnsServer {
     if (api.port === 0) api.port = await freePort(api.host, { udp: false });
 
     const confFile = path.join(dataDir, 'pdns.conf');
-    writeFileSync(confFile, configText({ dataDir, dbFile, dns: joinHostPort(dns.host, dns.port), api, apiKey }), { mode: 0o600 });
+    writeFileSync(confFile, configText({ dataDir, dbFile, dns: joinHostPort(dns.host, dns.port), api, apiKey, account }), { mode: 0o600 });
     chmodSync(confFile, 0o600);
 
     const binary = options.binary ?? PDNS_BINARY;
     if (!existsSync(binary)) throw new Error(`${binary} is missing: install pdns-server (scripts/install/powerdns.sh)`);
     const child = spawn(binary, [`--config-dir=${dataDir}`], { stdio: ['ignore', 'pipe', 'pipe'] });
     const apiUrl = `http://${joinHostPort(api.host, api.port)}`;
-    const server = new PowerDnsServer(child, apiUrl, apiKey, dns.host, dns.port, options.log);
+    const server = new PowerDnsServer(child, apiUrl, apiKey, dns.host, dns.port, account, options.log);
     await server.waitUntilAnswering(options.startTimeoutMs ?? 20_000);
     return server;
   }

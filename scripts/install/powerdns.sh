@@ -3,6 +3,8 @@
 # (providers/powerdns/powerdns.server.ts), plus the sqlite3 shell that creates its database.
 # Skips what is there. The project runs its own pdns_server on loopback ports; the Debian system
 # service (which would bind port 53) is kept from starting on install and stopped if it runs.
+# The package's `pdns` account is kept: the local server, started as root, drops to it after binding
+# (providers/powerdns/powerdns.server.ts; without it the server makes an account of its own).
 set -euo pipefail
 
 log() { printf '\033[2m[setup]\033[0m %s\n' "$*"; }

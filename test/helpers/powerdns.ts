@@ -4,6 +4,7 @@ import path from 'node:path';
 import { PowerDnsAdapter } from '../../providers/powerdns/powerdns.adapter';
 import { PowerDnsServer } from '../../providers/powerdns/powerdns.server';
 import { DEFAULT_SOA_TIMERS, type ZoneDefaults } from '../../providers/dns.provider';
+import { accountNameFor, removeAccount } from '../../providers/os-accounts';
 
 /** What new zones get in tests: two name servers outside the zones, a hostmaster, the default timers. */
 export const TEST_ZONE_DEFAULTS: ZoneDefaults = {
@@ -32,6 +33,8 @@ export async function startTestPowerDns(): Promise<TestPowerDns> {
       // A test may have restarted the server: stop the one running now.
       await pdns.server.stop();
       rmSync(dataDir, { recursive: true, force: true });
+      // The server's own account, made only on a machine without Debian's `pdns` (never removes that one).
+      await removeAccount(accountNameFor('dns', dataDir, 'powerdns'));
     },
   };
   return pdns;

@@ -3,8 +3,10 @@ import { absoluteName } from '../../../domain/dns/names';
 import { deleteRRset, patchRRsets, putRRset, readRecords, readRRset } from '../../../domain/dns/records';
 import { parseRRsetChange, parseRRsetType } from '../../../domain/dns/rrsets';
 import { findVisibleZone, recordZoneFacts, visibleZonesQuery, type DnsZoneRow } from '../../../domain/dns/store';
-import { requireCapability } from '../../../domain/services';
+import type { Principal } from '../../../domain/principal';
+import { requireActionable, requireCapability } from '../../../domain/services';
 import { liveRead } from '../../../providers/errors';
+import type { AppDeps } from '../../deps';
 import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { listOf } from '../../schemas';
@@ -33,10 +35,27 @@ const ETAG_NOTE = "The `ETag` header is the zone's: it changes with every change
 const IF_MATCH_NOTE =
   'Send an `ETag` of this zone as `If-Match` to write only if nothing changed since (else `412 precondition_failed`); without `If-Match` the write applies.';
 const PRECONDITION = { status: 412, description: "`If-Match` does not match the zone's current ETag (`precondition_failed`)" };
-const CONFLICT = { status: 409, description: 'A CNAME would share its name with other types (`conflict`), or the DNS server refused the change' };
+const CONFLICT = {
+  status: 409,
+  description:
+    "A CNAME would share its name with other types, the DNS server refused the change, or the zone's service is suspended, terminated, cancelled or held for review (`conflict`, the message names the status)",
+};
 const UNAVAILABLE = { status: 503, description: 'The DNS server does not answer (`backend_unavailable`)' };
 
 const ifMatch = (header: string | string[] | undefined) => (Array.isArray(header) ? header.join(', ') : header);
+
+/**
+ * The zone a write names, checked like every family's action (docs/security.md "Suspended and
+ * terminated services"): visible (else 404), its `records` capability (else 400), then a service in
+ * good standing (else `409 conflict` naming the status). The zone of a terminated or cancelled
+ * service is found here until its teardown frees the name, so that the answer says why.
+ */
+async function writableZone(deps: AppDeps, principal: Principal, rawZone: string): Promise<DnsZoneRow> {
+  const { zone, service } = await findVisibleZone(deps.db, principal, rawZone, { ended: true });
+  requireCapability(service, 'records');
+  requireActionable(service, 'a change of DNS records');
+  return zone;
+}
 
 export const dnsRoutes = [
   defineRoute({
@@ -171,8 +190,7 @@ export const dnsRoutes = [
     exampleBody: { ttl: 300, values: ['192.0.2.10'] },
     responses: [{ status: 200, description: 'The RRset as the server now has it', schema: DnsRRsetSchema }, CONFLICT, PRECONDITION, UNAVAILABLE],
     async handler({ params, body, principal, deps, req }) {
-      const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
-      requireCapability(service, 'records');
+      const zone = await writableZone(deps, principal, params.zone);
       const change = parseRRsetChange(zone.name, { name: params.name, type: params.type, ttl: body.ttl, values: body.values }, { allowEmpty: false });
       const { rrset, etag } = await putRRset(deps.db, deps.providers.dns, zone.name, change, ifMatch(req.headers['if-match']));
       return { headers: { ETag: etag }, body: presentRRset(rrset, zone.name) };
@@ -189,10 +207,9 @@ export const dnsRoutes = [
     credential: 'credential',
     marks: ['D', 'I'],
     params: rrsetParams,
-    responses: [{ status: 204, description: 'Deleted' }, PRECONDITION, UNAVAILABLE],
+    responses: [{ status: 204, description: 'Deleted' }, CONFLICT, PRECONDITION, UNAVAILABLE],
     async handler({ params, principal, deps, req }) {
-      const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
-      requireCapability(service, 'records');
+      const zone = await writableZone(deps, principal, params.zone);
       const fqdn = absoluteName(params.name, zone.name);
       const { etag } = await deleteRRset(deps.db, deps.providers.dns, zone.name, fqdn, parseRRsetType(params.type), ifMatch(req.headers['if-match']));
       return { status: 204, headers: { ETag: etag } };
@@ -218,8 +235,7 @@ export const dnsRoutes = [
     },
     responses: [{ status: 200, description: 'Every element applied', schema: DnsPatchSchema }, CONFLICT, PRECONDITION, UNAVAILABLE],
     async handler({ params, body, principal, deps, req }) {
-      const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
-      requireCapability(service, 'records');
+      const zone = await writableZone(deps, principal, params.zone);
       const { applied, etag } = await patchRRsets(deps.db, deps.providers.dns, zone.name, body.records, ifMatch(req.headers['if-match']));
       return { headers: { ETag: etag }, body: { object: 'dns_patch' as const, applied, etag } };
     },

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { formatId, parseNumericId } from '../../../common/ids';
-import { prepareZoneOrder } from '../../../domain/dns/store';
+import { holdZoneForOrder, prepareZoneOrder } from '../../../domain/dns/store';
+import { reservedZones } from '../../../domain/dns/zone-policy';
 import { findVisibleOrder, presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
 import { type BillingCycle } from '../../../providers/billing.provider';
 import { cancelOrder, createOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
@@ -76,7 +77,7 @@ export const orderRoutes = [
     operationId: 'createOrder',
     summary: 'Place an order',
     description:
-      'Requires `Idempotency-Key`. Validated before billing: an unknown or retired product, an unsold cycle, bad options or an unknown payment method are `400 validation_failed`; `invalid_promocode`; `hostname_taken` for a taken site name or a DNS zone another service hosts. Answers 202 with an `orders.create` operation: `running` when the invoice is settled at once (free, 100 % promo, account credit); otherwise `pending` with `result.invoice.payment_url` until paid (no timeout). It succeeds with `result.service` once the service is active, or fails with `provisioning_timeout` (30 min) or `order_cancelled`.',
+      'Requires `Idempotency-Key`. Validated before billing: an unknown or retired product, an unsold cycle, bad options or an unknown payment method are `400 validation_failed`; `invalid_promocode`; `hostname_taken` for a taken site name, or for a DNS zone that another service or live order holds, that contains or lies inside a zone of another account, or that overlaps a name the platform reserves (`DNS_RESERVED_ZONES`, the domains of its name servers); a zone that is a public suffix (`co.uk`, `github.io`) is `validation_failed`. Answers 202 with an `orders.create` operation: `running` when the invoice is settled at once (free, 100 % promo, account credit); otherwise `pending` with `result.invoice.payment_url` until paid (no timeout). It succeeds with `result.service` once the service is active, or fails with `provisioning_timeout` (30 min) or `order_cancelled`.',
     tag: 'Orders',
     scope: 'orders:write',
     credential: 'credential',
@@ -105,8 +106,13 @@ export const orderRoutes = [
         errors.push({ param: 'payment_method', message: `must be one of: ${methods.map((m) => m.id).join(', ')}` });
       }
       if (errors.length) throw validationFailed(errors);
-      // A zone is one service's at a time: normalised here (case, trailing dot, IDN) and refused while held.
-      if (product.product_family === 'dns') checked.options = await prepareZoneOrder(deps.db, checked.options);
+      // A zone is one service's at a time and never overlaps another account's: normalised here (case,
+      // trailing dot, IDN) and refused while held, then checked again where the order is written.
+      let zone: string | null = null;
+      if (product.product_family === 'dns') {
+        checked.options = await prepareZoneOrder(deps.db, principal.accountId, checked.options, reservedZones(deps.config));
+        zone = String(checked.options.zone);
+      }
 
       const invalidPromo = (reason?: string) =>
         new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');
@@ -138,6 +144,7 @@ export const orderRoutes = [
           resource: { object: 'order', id: orderRef },
           initialStatus: 'pending',
           async inTransaction(trx, operationId) {
+            if (zone !== null) await holdZoneForOrder(trx, principal.accountId, zone);
             const created = await createOrder(trx, billing, {
               id: orderId,
               accountId: principal.accountId,
