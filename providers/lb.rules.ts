@@ -1,4 +1,5 @@
-import { isIP } from 'node:net';
+import { BlockList, isIP } from 'node:net';
+import { classifyAddress, isIpv4Compatible, unmapIpv4 } from '../common/ip-address';
 import { LB_ALGORITHMS, LB_PROTOCOLS, type LbBackendTarget, type LbListener } from './lb.provider';
 
 /** A field at fault, in the API's dot notation (`listeners.1.port`). */
@@ -36,7 +37,7 @@ export function canonicalIp(ip: string): string {
   return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
 }
 
-/** Why `ip` cannot be a backend, or null when it can. */
+/** Why `ip` cannot be a backend by its form, or null when it can (where it points: backendTargetProblem). */
 export function backendIpProblem(ip: unknown): string | null {
   if (typeof ip !== 'string') return 'must be a string';
   const version = isIP(ip);
@@ -124,6 +125,104 @@ export function listenerErrors(listeners: readonly LbListener[], options: Listen
       });
     });
   }
+  return errors;
+}
+
+/**
+ * Where backends may point (docs/lb.md "Backend addresses"). The listener rules above judge the
+ * form of an address; this judges what it reaches, which depends on the platform around the
+ * balancer: its ports on this machine change (a new DBaaS instance), so the policy is a snapshot
+ * taken when a check runs (providers/lb.targets.ts builds it).
+ */
+export interface BackendTargetPolicy {
+  /** ALLOW_INSECURE_TARGETS (local runs, tests): loopback backends are allowed, except on `protectedPorts`. */
+  allowLoopback: boolean;
+  /** Ports of the platform's own servers on this machine: API, Temporal, PowerDNS, PostgreSQL, every DBaaS instance. */
+  protectedPorts: ReadonlySet<number>;
+  /** This machine's own non-loopback addresses (canonical form): they reach the same servers as loopback. */
+  hostAddresses: ReadonlySet<string>;
+  /**
+   * Addresses that belong to the platform whatever the port: where its balancers listen
+   * (LB_BIND_ADDRESS) and where its database instances listen (DBAAS_ADDRESS_RANGE). One IPv4
+   * address or range each, with what it is for the message.
+   */
+  platformRanges: ReadonlyArray<{ range: string; what: string }>;
+}
+
+/** The current policy; called at every write and every rendering of a balancer's configuration. */
+export type BackendTargetPolicySource = () => Promise<BackendTargetPolicy>;
+
+/** Ranges parsed once: every check of every backend asks. */
+const parsedRanges = new Map<string, BlockList>();
+function inRange(ipv4: string, range: string): boolean {
+  let block = parsedRanges.get(range);
+  if (!block) {
+    block = new BlockList();
+    const [base, prefix] = range.split('/');
+    if (isIP(base) === 4) {
+      if (prefix === undefined) block.addAddress(base, 'ipv4');
+      else block.addSubnet(base, Number(prefix), 'ipv4');
+    }
+    parsedRanges.set(range, block);
+  }
+  return block.check(ipv4, 'ipv4');
+}
+
+/**
+ * Why a backend of valid form may not be served, or null. Private networks are allowed (a
+ * balancer's backends are usually the customer's servers on one); what reaches this machine, its
+ * link or the platform's own servers is not:
+ * - link-local (169.254.0.0/16 with the cloud metadata service, fe80::/10), unspecified, multicast
+ *   and IPv4-compatible IPv6 addresses: never;
+ * - loopback and this machine's own addresses: only with ALLOW_INSECURE_TARGETS, and never on a
+ *   port of the platform's own servers;
+ * - the platform's own address ranges, any port: its balancers (LB_BIND_ADDRESS: balancers cannot
+ *   be chained into loops, nor reach another tenant's listeners from inside) and its database
+ *   instances (DBAAS_ADDRESS_RANGE).
+ * An IPv4-mapped IPv6 address (`::ffff:169.254.169.254`, `::ffff:7f00:1`) is judged as the IPv4
+ * address it connects to.
+ */
+export function backendTargetProblem(ip: string, port: number, policy: BackendTargetPolicy): { field: 'ip' | 'port'; message: string } | null {
+  const reached = unmapIpv4(canonicalIp(ip));
+  const shown = reached === canonicalIp(ip) ? ip : `${ip} (${reached})`;
+  const cls = classifyAddress(reached);
+  if (cls === 'link-local')
+    return { field: 'ip', message: `${shown} is a link-local address (the cloud metadata service, this host's own link); backends cannot use it` };
+  if (cls === 'unspecified' || cls === 'multicast') return { field: 'ip', message: `${shown} is not the address of a host` };
+  if (isIpv4Compatible(reached)) return { field: 'ip', message: `${ip} is an IPv4-compatible IPv6 address (deprecated); give the IPv4 address` };
+  const platform = isIP(reached) === 4 ? policy.platformRanges.find((r) => inRange(reached, r.range)) : undefined;
+  if (platform) return { field: 'ip', message: `${shown} belongs to ${platform.what}; backends cannot reach it` };
+  if (cls === 'loopback' || policy.hostAddresses.has(reached)) {
+    if (!policy.allowLoopback)
+      return {
+        field: 'ip',
+        message: `${shown} is ${cls === 'loopback' ? 'a loopback address' : "an address of the balancer's own host"}; backends must be your servers`,
+      };
+    if (policy.protectedPorts.has(port))
+      return { field: 'port', message: `port ${port} on this machine belongs to the platform's own servers; backends cannot reach it` };
+  }
+  return null;
+}
+
+/**
+ * The backends of a set the policy refuses, params in dot notation (`listeners.0.backends.2.port`).
+ * `include` limits the check (a POST checks only the backend it adds). Backends whose form is
+ * invalid are left to listenerErrors.
+ */
+export function backendTargetErrors(
+  listeners: readonly LbListener[],
+  policy: BackendTargetPolicy,
+  include: (listener: number, backend: number) => boolean = () => true,
+): FieldError[] {
+  const errors: FieldError[] = [];
+  listeners.forEach((listener, i) => {
+    if (!Array.isArray(listener?.backends)) return;
+    listener.backends.forEach((backend, j) => {
+      if (!include(i, j) || backendIpProblem(backend?.ip) || !isPort(backend?.port)) return;
+      const problem = backendTargetProblem(backend.ip, backend.port, policy);
+      if (problem) errors.push({ param: `listeners.${i}.backends.${j}.${problem.field}`, message: problem.message });
+    });
+  });
   return errors;
 }
 

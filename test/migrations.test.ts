@@ -36,15 +36,28 @@ describe('demo seed', () => {
     // The DNS simulator here; the seeded zone on a real PowerDNS is tested in test/dns.http.test.ts.
     const seedConfig = loadConfig({}, { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator' });
     const keyring = Keyring.fromString('ab'.repeat(32));
-    const passwords = { owner: 'owner-password-1', dev: 'dev-password-1' };
-    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), { keyring, config: seedConfig });
+    const passwords = { owner: 'owner-password-1', dev: 'dev-password-1', other: 'other-password-1' };
+    // What `npm start` passes: the demo web servers it runs (none answer here; health is not the point).
+    const demoBackends = [
+      { ip: '127.0.0.1', port: 18081, weight: 1 },
+      { ip: '127.0.0.1', port: 18082, weight: 1 },
+    ];
+    const first = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), {
+      keyring,
+      config: seedConfig,
+      demoBackends,
+    });
     expect(first.createdUsers).toBe(true);
     const counts = async () => ({
       users: Number((await database.db('users').count('* as n').first())!.n),
       services: Number((await database.db('services').count('* as n').first())!.n),
     });
     const after = await counts();
-    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), { keyring, config: seedConfig });
+    const second = await seedDemo(database.db, passwords, createProviders({ db: database.db, config: seedConfig }), {
+      keyring,
+      config: seedConfig,
+      demoBackends,
+    });
     expect(second.createdUsers).toBe(false);
     expect(await counts()).toEqual(after);
 
@@ -52,17 +65,20 @@ describe('demo seed', () => {
     expect(account).toMatchObject({ currency: 'EUR' });
     expect(Number((await database.db('billing_accounts').where({ account_id: 1 }).first()).credit)).toBe(5);
     const users = await database.db('users').orderBy('id');
-    expect(users.map((u) => [u.email, u.is_owner])).toEqual([
-      ['owner@example.test', true],
-      ['dev@example.test', false],
+    expect(users.map((u) => [u.email, u.is_owner, Number(u.account_id)])).toEqual([
+      ['owner@example.test', true, 1],
+      ['dev@example.test', false, 1],
+      ['other@example.test', true, 2],
     ]);
     expect(users[1].all_services).toBe(false);
     const families = new Set((await database.db('services').where({ account_id: 1, status: 'active' })).map((s) => s.family));
     for (const family of ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']) expect(families).toContain(family);
-    // The seeded load balancer runs, with the demo listener in front of the API.
+    // The seeded load balancer runs, with the demo listener in front of the demo web servers.
     const balancers = await database.db('lb_balancers');
     expect(balancers).toHaveLength(1);
-    expect(balancers[0].listeners.map((l: { name: string }) => l.name)).toEqual(['api']);
+    expect(balancers[0].listeners.map((l: { name: string; backends: Array<{ port: number }> }) => [l.name, l.backends.map((b) => b.port)])).toEqual([
+      ['web', [18081, 18082]],
+    ]);
     // One database service per engine, each with its instance (the simulator here; real servers in npm start).
     const instances = await database.db('dbaas_instances').join('services', 'services.id', 'dbaas_instances.service_id').where('services.account_id', 1);
     expect(instances.map((i) => i.engine).sort()).toEqual(['mysql', 'postgresql']);

@@ -25,7 +25,13 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
     // Terminated services: a teardown workflow each, until their resources are gone.
     new TeardownSweeper(deps),
     // Load balancers: every balancer of a live service runs (after a host restart, after a crash).
-    new BalancerKeeper({ db: deps.db, lb: deps.providers.lb, logger: deps.logger, intervalMs: deps.config.LB_KEEPER_INTERVAL }),
+    new BalancerKeeper({
+      db: deps.db,
+      lb: deps.providers.lb,
+      logger: deps.logger,
+      intervalMs: deps.config.LB_KEEPER_INTERVAL,
+      targets: deps.providers.lbTargets,
+    }),
     // Records whose time is up: ended sign-in throttle windows, expired idempotency keys.
     new RetentionSweeper(deps),
     // Operations whose workflow does not exist: failed, with what their request claimed released.

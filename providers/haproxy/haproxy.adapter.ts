@@ -1,9 +1,10 @@
-import { copyFile, mkdir, open, readFile, readdir, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, open, readFile, readdir, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { listenerErrors, normalizeListeners } from '../lb.rules';
+import { backendTargetErrors, listenerErrors, normalizeListeners, type BackendTargetPolicySource } from '../lb.rules';
+import { accountNameFor, ensureAccount, isolatedAccounts, removeAccount } from '../os-accounts';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
 import { balancerAddress, type BalancerStatus, type Health, type LbListener, type LbProvider, type LbStats, type ListenerStats } from '../lb.provider';
-import { explainCheckFailure, proxyName, renderConfig, serverName } from './haproxy.config';
+import { explainCheckFailure, proxyName, renderConfig, serverName, type RenderedConfig } from './haproxy.config';
 import {
   checkConfig,
   cliCommand,
@@ -29,12 +30,25 @@ export interface HaproxyOptions {
   haproxyBinary?: string;
   /** How long a reload may take before it counts as failed. */
   reloadTimeoutMs?: number;
+  /**
+   * Where backends may point now (providers/lb.targets.ts). Checked at every rendering: a backend it
+   * refuses is left out of the configuration (no traffic, `down` in stats) while it stays in the
+   * stored set. Without it (tests of the adapter alone) every backend of valid form is rendered.
+   */
+  targets?: BackendTargetPolicySource;
 }
 
 interface BalancerMeta {
   serviceId: number;
   address: string;
   createdAt: string;
+  /**
+   * The operating-system account its HAProxy workers run as, kept here so that whichever process
+   * destroys the balancer removes the account it really has. Absent when the control plane has no
+   * root (workers run as its own account) and for a balancer made before accounts, until `create`
+   * adopts it (see adoptAccount).
+   */
+  account?: string;
 }
 
 /** Bytes counted by the workers of earlier configurations, per listener: a reload starts a worker at zero. */
@@ -74,6 +88,10 @@ class Paths {
   get lock() {
     return path.join(this.dir, 'apply.lock');
   }
+  /** The workers' chroot: empty, root's, mode 0700, so a worker that drops to its account sees nothing at all. */
+  get chroot() {
+    return path.join(this.dir, 'empty');
+  }
 }
 
 /** A Linux unix socket path holds at most 107 bytes. */
@@ -89,6 +107,11 @@ const MAX_SOCKET_PATH = 107;
  * on the rendered file, and only then the switch of the file and a reload through the master CLI
  * (the new worker takes over the listening sockets; the old one finishes its connections). A reload
  * HAProxy reports as failed puts the previous file back, so the file always describes what runs.
+ *
+ * With root, each balancer's workers run as an account of its own (`clb-svc-<id>-<hash>`), made
+ * with the balancer and removed with it: the master (root) binds the listeners, on every reload too,
+ * and the workers that carry the traffic drop to the account inside an empty chroot. The directory
+ * stays root's (0700), so no balancer's account can read or write another's configuration or sockets.
  */
 export class HaproxyLbProvider implements LbProvider {
   private readonly bin: string;
@@ -106,6 +129,11 @@ export class HaproxyLbProvider implements LbProvider {
     return new Paths(path.resolve(this.options.dataDir, `svc-${serviceId}`));
   }
 
+  /** The account of balancer `serviceId` under this data directory (two checkouts' `svc-1` get two). */
+  private accountName(serviceId: number): string {
+    return accountNameFor('lb', path.resolve(this.options.dataDir), `svc-${serviceId}`);
+  }
+
   async create(serviceId: number, listeners: LbListener[] = []): Promise<BalancerStatus> {
     const p = this.paths(serviceId);
     if (p.masterSocket.length > MAX_SOCKET_PATH) throw new Error(`LB data directory ${this.options.dataDir} is too deep for a unix socket path`);
@@ -113,16 +141,30 @@ export class HaproxyLbProvider implements LbProvider {
     return this.exclusive(serviceId, async () => {
       const existing = await this.readMeta(p);
       if (existing) {
-        await this.ensureRunning(p);
-        return this.statusOf(p, existing);
+        const meta = await this.adoptAccount(p, existing);
+        await this.refreshTargets(p, meta);
+        await this.ensureRunning(p, meta);
+        return this.statusOf(p, meta);
       }
-      const meta: BalancerMeta = { serviceId, address: balancerAddress(this.options.bindAddress, serviceId), createdAt: new Date().toISOString() };
-      const set = this.checkRules(listeners, meta.address);
-      await this.probePorts(set, [], meta.address);
-      await this.writeChecked(p, meta, set, p.config);
-      await writeJson(p.listeners, set);
+      const meta: BalancerMeta = {
+        serviceId,
+        address: balancerAddress(this.options.bindAddress, serviceId),
+        createdAt: new Date().toISOString(),
+        ...(isolatedAccounts() ? { account: this.accountName(serviceId) } : {}),
+      };
+      try {
+        const set = this.checkRules(listeners, meta.address);
+        await this.probePorts(set, [], meta.address);
+        await this.prepareAccount(p, meta);
+        await this.writeChecked(p, meta, set, p.config);
+        await writeJson(p.listeners, set);
+      } catch (err) {
+        // Refused before the balancer existed: its account goes with the refusal.
+        if (meta.account) await removeAccount(meta.account);
+        throw err;
+      }
       await writeJson(p.meta, meta); // last: a balancer exists once its files are complete
-      await this.ensureRunning(p);
+      await this.ensureRunning(p, meta);
       return this.statusOf(p, meta);
     });
   }
@@ -131,7 +173,7 @@ export class HaproxyLbProvider implements LbProvider {
     const p = this.paths(serviceId);
     return this.exclusive(serviceId, async () => {
       const meta = await this.requireMeta(p, serviceId);
-      await this.ensureRunning(p);
+      await this.ensureRunning(p, meta);
       return this.statusOf(p, meta);
     });
   }
@@ -144,26 +186,10 @@ export class HaproxyLbProvider implements LbProvider {
       const current = await this.readListeners(p);
       const running = (await this.masterPid(p)) !== null;
       await this.probePorts(set, running ? current : [], meta.address);
+      await this.prepareAccount(p, meta);
       await this.writeChecked(p, meta, set, p.nextConfig);
-      if (!running) {
-        // Stored for the next start; nothing runs that could take it now.
-        await rename(p.nextConfig, p.config);
-        await writeJson(p.listeners, set);
-        return set;
-      }
-      const before = await this.counters(p);
-      const carried = await this.carryCounters(p, before, current, set);
-      await copyFile(p.config, p.previousConfig);
-      await rename(p.nextConfig, p.config);
-      try {
-        await this.reload(p);
-      } catch (err) {
-        await rename(p.previousConfig, p.config);
-        throw err;
-      }
-      await writeJson(p.counters, carried);
+      await this.switchConfig(p, current, set, running);
       await writeJson(p.listeners, set);
-      await rm(p.previousConfig, { force: true });
       return set;
     });
   }
@@ -206,8 +232,12 @@ export class HaproxyLbProvider implements LbProvider {
   async destroy(serviceId: number): Promise<void> {
     const p = this.paths(serviceId);
     await this.exclusive(serviceId, async () => {
+      const meta = await this.readMeta(p).catch(() => null);
       await this.stopProcess(p);
       await rm(p.dir, { recursive: true, force: true });
+      // The recorded account; without a record (a create cut off before it wrote one) the derived
+      // name, which is absent when there is nothing to remove.
+      await removeAccount(meta?.account ?? this.accountName(serviceId));
     });
   }
 
@@ -245,7 +275,7 @@ export class HaproxyLbProvider implements LbProvider {
 
   /** Renders the set into `target` and has HAProxy check it; a rejected file is removed. */
   private async writeChecked(p: Paths, meta: BalancerMeta, set: LbListener[], target: string): Promise<void> {
-    const rendered = renderConfig(set, { address: meta.address, statsSocket: p.statsSocket, serviceId: meta.serviceId });
+    const rendered = await this.render(p, meta, set);
     await writeFile(target, rendered.text, { mode: 0o600 });
     let result;
     try {
@@ -261,6 +291,104 @@ export class HaproxyLbProvider implements LbProvider {
     }
   }
 
+  private async render(p: Paths, meta: BalancerMeta, set: LbListener[]): Promise<RenderedConfig> {
+    return renderConfig(set, {
+      address: meta.address,
+      statsSocket: p.statsSocket,
+      serviceId: meta.serviceId,
+      ...(meta.account ? { account: { name: meta.account, chroot: p.chroot } } : {}),
+      leaveOut: await this.refusedBackends(set),
+    });
+  }
+
+  // --- backend targets (docs/lb.md "Backend addresses") ----------------------------------------
+
+  /** The backends the target policy refuses now, by `listener.backend` index, with the reason. */
+  private async refusedBackends(set: LbListener[]): Promise<Map<string, string>> {
+    const refused = new Map<string, string>();
+    if (!this.options.targets) return refused;
+    for (const error of backendTargetErrors(set, await this.options.targets())) {
+      const at = /^listeners\.(\d+)\.backends\.(\d+)\./.exec(error.param);
+      if (at) refused.set(`${at[1]}.${at[2]}`, error.message);
+    }
+    return refused;
+  }
+
+  /**
+   * The stored set rendered again when the policy now judges one of its backends differently (a
+   * port became a database instance's, the flag was turned off): the keeper's pass calls `create`
+   * on every balancer, so a backend that may no longer be served stops getting traffic within one
+   * LB_KEEPER_INTERVAL. Nothing happens while the rendering is the file already there.
+   */
+  private async refreshTargets(p: Paths, meta: BalancerMeta): Promise<void> {
+    if (!this.options.targets) return;
+    const set = await this.readListeners(p);
+    const current = await readFile(p.config, 'utf8').catch(() => null);
+    if (current === null || (await this.render(p, meta, set)).text === current) return;
+    await this.writeChecked(p, meta, set, p.nextConfig);
+    await this.switchConfig(p, set, set, (await this.masterPid(p)) !== null);
+  }
+
+  /**
+   * Puts the checked `nextConfig` in place: a reload when HAProxy runs (the previous file comes back
+   * if the reload fails), otherwise only the file, for the next start.
+   */
+  private async switchConfig(p: Paths, current: LbListener[], set: LbListener[], running: boolean): Promise<void> {
+    if (!running) {
+      await rename(p.nextConfig, p.config);
+      return;
+    }
+    const before = await this.counters(p);
+    const carried = await this.carryCounters(p, before, current, set);
+    await copyFile(p.config, p.previousConfig);
+    await rename(p.nextConfig, p.config);
+    try {
+      await this.reload(p);
+    } catch (err) {
+      await rename(p.previousConfig, p.config);
+      throw err;
+    }
+    await writeJson(p.counters, carried);
+    await rm(p.previousConfig, { force: true });
+  }
+
+  // --- accounts -------------------------------------------------------------------------------
+
+  /**
+   * The balancer's account exists (it is made again if someone removed it: the configuration names
+   * it, and HAProxy refuses a file naming an unknown user) and so does the empty chroot.
+   */
+  private async prepareAccount(p: Paths, meta: BalancerMeta): Promise<void> {
+    if (!meta.account) return;
+    try {
+      await ensureAccount(meta.account, { purpose: `load balancer svc_${meta.serviceId}`, dataDir: p.dir });
+    } catch (err) {
+      throw new BackendUnavailableError(BACKEND, `the load balancer's account cannot be made: ${(err as Error).message}`);
+    }
+    await chmod(p.dir, 0o700); // a directory made by an older version or another tool: root's alone again
+    await mkdir(p.chroot, { recursive: true, mode: 0o700 });
+  }
+
+  /**
+   * A balancer made before accounts (or by a control plane without root) whose workers still run
+   * as root moves to an account of its own: its stored set is rendered again with the account and
+   * reloaded (no connection is refused, as with any change). The keeper's pass calls `create` on
+   * every balancer, so this happens within one LB_KEEPER_INTERVAL of an upgraded worker starting.
+   * If the reload is refused the balancer keeps running as it did, and the next pass tries again.
+   * A balancer that has its account gets it made again if it was removed behind our back.
+   */
+  private async adoptAccount(p: Paths, meta: BalancerMeta): Promise<BalancerMeta> {
+    if (meta.account) await this.prepareAccount(p, meta);
+    if (meta.account || !isolatedAccounts()) return meta;
+    const adopted: BalancerMeta = { ...meta, account: this.accountName(meta.serviceId) };
+    const set = await this.readListeners(p);
+    await this.prepareAccount(p, adopted);
+    await this.writeChecked(p, adopted, set, p.nextConfig);
+    await this.switchConfig(p, set, set, (await this.masterPid(p)) !== null);
+    await writeJson(p.meta, adopted);
+    return adopted;
+  }
+
   // --- processes ------------------------------------------------------------------------------
 
   /** The master's pid when this balancer's HAProxy runs. */
@@ -269,8 +397,9 @@ export class HaproxyLbProvider implements LbProvider {
     return pid !== null && (await isMasterOf(pid, p.config)) ? pid : null;
   }
 
-  private async ensureRunning(p: Paths): Promise<void> {
+  private async ensureRunning(p: Paths, meta: BalancerMeta): Promise<void> {
     if ((await this.masterPid(p)) !== null) return;
+    await this.prepareAccount(p, meta);
     await rm(p.masterSocket, { force: true });
     await rm(p.statsSocket, { force: true });
     let result;
@@ -480,11 +609,11 @@ function listenerStats(listener: LbListener, rows: Array<Record<string, string>>
     currentConnections: Number(front.scur) || 0,
     bytesIn: earlier.bytesIn + (Number(front.bin) || 0),
     bytesOut: earlier.bytesOut + (Number(front.bout) || 0),
-    backends: listener.backends.map((b, j) => ({
-      ip: b.ip,
-      port: b.port,
-      health: healthOf(rows.find((r) => r.pxname === proxy && r.svname === serverName(j))?.status),
-    })),
+    backends: listener.backends.map((b, j) => {
+      const row = rows.find((r) => r.pxname === proxy && r.svname === serverName(j));
+      // No row: the backend was left out of the configuration (its target is refused), so it gets no traffic.
+      return { ip: b.ip, port: b.port, health: row ? healthOf(row.status) : ('down' as const) };
+    }),
   };
 }
 

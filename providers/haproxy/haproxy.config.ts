@@ -16,6 +16,18 @@ export interface RenderOptions {
   /** Unix socket for `show stat` (and for handing listening sockets to the next worker on reload). */
   statsSocket: string;
   serviceId: number;
+  /**
+   * The balancer's own operating-system account: the workers drop to it once the master (root) has
+   * bound the listeners, jailed in `chroot`, an empty directory. Absent: the workers keep the
+   * master's account (no root to make accounts with, or a balancer made before accounts).
+   */
+  account?: { name: string; chroot: string };
+  /**
+   * Backends not to render, by `listener.backend` index, with the reason (written as a comment):
+   * their target is refused now (providers/lb.rules.ts backendTargetProblem). The others keep their
+   * server names, so stats still map rows to backends by index.
+   */
+  leaveOut?: ReadonlyMap<string, string>;
 }
 
 export interface RenderedConfig {
@@ -52,6 +64,12 @@ export function renderConfig(listeners: readonly LbListener[], options: RenderOp
   // is refused while the old worker lets go of them.
   add(`  stats socket ${options.statsSocket} mode 600 level admin expose-fd listeners`);
   add(`  hard-stop-after ${HARD_STOP_AFTER}`);
+  if (options.account) {
+    // The master stays root, so a reload can still bind a new port below 1024 and hand it over.
+    add(`  user ${options.account.name}`);
+    add(`  group ${options.account.name}`);
+    add(`  chroot ${options.account.chroot}`);
+  }
   add('');
   add('defaults');
   add('  timeout connect 5s');
@@ -80,7 +98,9 @@ export function renderConfig(listeners: readonly LbListener[], options: RenderOp
       add(`  default-server inter ${check.interval_seconds}s fall ${CHECK_FALL} rise ${CHECK_RISE}`, at('health_check.interval_seconds'));
     }
     listener.backends.forEach((backend, j) => {
-      add(`  server ${serverName(j)} ${hostPort(backend.ip, backend.port)} weight ${backend.weight}${check ? ' check' : ''}`, at(`backends.${j}.ip`));
+      const refused = options.leaveOut?.get(`${i}.${j}`);
+      if (refused !== undefined) add(`  # ${serverName(j)} left out: ${refused.replace(/[\r\n]/g, ' ')}`, at(`backends.${j}.ip`));
+      else add(`  server ${serverName(j)} ${hostPort(backend.ip, backend.port)} weight ${backend.weight}${check ? ' check' : ''}`, at(`backends.${j}.ip`));
     });
   });
   add('');

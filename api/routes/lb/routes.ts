@@ -2,7 +2,16 @@ import { z } from 'zod';
 import type { FieldError } from '../../errors';
 import type { Principal } from '../../../domain/principal';
 import { requireActionable, requireCapability } from '../../../domain/services';
-import { backendErrors, backendIpProblem, canonicalIp, listenerErrors, normalizeListeners, planErrors } from '../../../domain/lb/listeners';
+import {
+  backendErrors,
+  backendIpProblem,
+  backendTargetErrors,
+  backendTargetProblem,
+  canonicalIp,
+  listenerErrors,
+  normalizeListeners,
+  planErrors,
+} from '../../../domain/lb/listeners';
 import { findVisibleLb, lockBalancer, storeListeners, visibleServicesWithBalancerQuery, type LbTarget } from '../../../domain/lb/store';
 import { reconcileBalancer } from '../../../domain/lb/reconcile';
 import { BackendRefusedError, liveRead } from '../../../providers/errors';
@@ -58,13 +67,16 @@ async function capableTarget(deps: AppDeps, principal: Principal, id: string, ca
 /**
  * Replaces the balancer's listener set with `next(current)`, all or nothing. `paramOf` turns a
  * field of the resulting set (`listeners.0.backends.2.ip`) into the field of the request that
- * caused it (`ip` for an added backend).
+ * caused it (`ip` for an added backend). `targetErrors` judges where the set's backends point
+ * (lb.rules.ts backendTargetProblem); a removal checks none, so a backend that is refused now can
+ * still be taken out.
  */
 async function changeListeners(
   deps: AppDeps,
   target: LbTarget,
   next: (current: LbListener[]) => LbListener[],
   paramOf: (param: string) => string = (p) => p,
+  targetErrors: (wanted: LbListener[]) => FieldError[] = () => [],
 ): Promise<LbListener[]> {
   const serviceId = target.service.id;
   let appliedToBalancer = false;
@@ -73,7 +85,11 @@ async function changeListeners(
       const balancer = await lockBalancer(trx, serviceId);
       if (!balancer) throw conflict('This load balancer is not built yet (its order is still provisioning); try again once it is active.');
       const wanted = next(balancer.listeners);
-      const problems = [...listenerErrors(wanted, { address: balancer.address }), ...planErrors(target.service.product ?? null, wanted)];
+      const problems = [
+        ...listenerErrors(wanted, { address: balancer.address }),
+        ...targetErrors(wanted),
+        ...planErrors(target.service.product ?? null, wanted),
+      ];
       if (problems.length > 0) throw validationFailed(problems.map((e) => ({ param: paramOf(e.param), message: e.message })));
       let applied: LbListener[];
       try {
@@ -173,7 +189,7 @@ export const lbRoutes = [
     operationId: 'replaceLoadBalancerListeners',
     summary: 'Replace the whole listener set of a load balancer',
     description:
-      "Body `listeners`: the complete set. Listeners not in it are deleted with their backends; `[]` stops all traffic. Checked and applied (a configuration reload that drops no connection) before the answer. An invalid set (bad address, a port used twice or already taken on the balancer's address, a listener without backends, more than the plan allows) applies nothing and answers `400 validation_failed` with the failing `param` (`listeners.1.port`).",
+      "Body `listeners`: the complete set. Listeners not in it are deleted with their backends; `[]` stops all traffic. Checked and applied (a configuration reload that drops no connection) before the answer. An invalid set (bad address, a backend pointing where backends may not (link-local/metadata, the platform's own servers and balancers, loopback outside development), a port used twice or already taken on the balancer's address, a listener without backends, more than the plan allows) applies nothing and answers `400 validation_failed` with the failing `param` (`listeners.1.port`, `listeners.0.backends.2.ip`).",
     tag: TAG,
     scope: 'lb:write',
     credential: 'credential',
@@ -198,7 +214,14 @@ export const lbRoutes = [
     responses: [{ status: 200, description: 'The applied set, every listener on one page', schema: listOf(ListenerSchema, 'LbListenerList') }, NOT_BUILT],
     async handler({ params, body, principal, deps }) {
       const target = await capableTarget(deps, principal, params.id, 'listeners', 'a listener change');
-      const applied = await changeListeners(deps, target, () => listenersFromBody(body));
+      const policy = await deps.providers.lbTargets();
+      const applied = await changeListeners(
+        deps,
+        target,
+        () => listenersFromBody(body),
+        undefined,
+        (wanted) => backendTargetErrors(wanted, policy),
+      );
       const all = presentListeners(applied).sort((a, b) => (a.name < b.name ? -1 : 1));
       return { body: listEnvelope(all, { hasMore: false, nextCursor: null }) };
     },
@@ -228,7 +251,7 @@ export const lbRoutes = [
     operationId: 'addLoadBalancerBackend',
     summary: 'Add a backend to a listener of a load balancer',
     description:
-      'Body `listener`, `ip`, `port` (and `weight`, default 1). The whole resulting configuration is checked and applied before the answer, all or nothing: an unknown listener, a bad address or a backend the listener already has answers `400 validation_failed` and changes nothing.',
+      'Body `listener`, `ip`, `port` (and `weight`, default 1). The whole resulting configuration is checked and applied before the answer, all or nothing: an unknown listener, a bad address, an address or port backends may not point at (see `ip`; `param` `ip` or `port`) or a backend the listener already has answers `400 validation_failed` and changes nothing.',
     tag: TAG,
     scope: 'lb:write',
     credential: 'credential',
@@ -241,6 +264,9 @@ export const lbRoutes = [
       const target = await capableTarget(deps, principal, params.id, 'backends', 'adding a backend');
       const own = backendErrors(body, '');
       if (own.length > 0) throw validationFailed(own);
+      // Only the added backend: the listener's others were judged when they were added.
+      const refused = backendTargetProblem(body.ip, body.port, await deps.providers.lbTargets());
+      if (refused) throw validationFailed([{ param: refused.field, message: refused.message }]);
       let index = -1;
       const applied = await changeListeners(
         deps,

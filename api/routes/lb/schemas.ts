@@ -37,8 +37,17 @@ export const LoadBalancerSchema = z
   })
   .meta({ id: 'LoadBalancer' });
 
+/** What a backend may point at (docs/lb.md "Backend addresses"; providers/lb.rules.ts backendTargetProblem). */
+const BACKEND_IP_RULES =
+  "IPv4 or IPv6 address of your server (no host names); private networks are fine. Refused (`400 validation_failed`): link-local addresses (169.254.0.0/16 with the cloud metadata service, fe80::/10), unspecified, multicast and IPv4-compatible addresses, the platform's load balancers and database instances, and this machine itself (loopback, its own addresses): those only on a development instance (ALLOW_INSECURE_TARGETS), and never on a port of the platform's own servers. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) counts as its IPv4 address";
+const BACKEND_PORT_RULES =
+  "On this machine (development instances only) not a port of the platform's own servers: API, Temporal, PowerDNS, PostgreSQL, a database instance";
+
 export const BackendTargetSchema = z.object({
-  ip: z.string().meta({ description: 'IPv4 or IPv6 address (no host names); IPv6 is stored and shown in short form', example: '10.0.0.11' }),
+  ip: z.string().meta({
+    description: `${BACKEND_IP_RULES}. IPv6 is stored and shown in short form. A backend refused after it was stored (a port that became the platform's) is left out of the running configuration and shown \`down\``,
+    example: '10.0.0.11',
+  }),
   port,
   weight: weight.meta({ description: `Share of the listener's traffic, ${LIMITS.weight.min} (none) to ${LIMITS.weight.max}` }),
 });
@@ -79,8 +88,8 @@ const ListenerInput = z
       .array(
         z
           .object({
-            ip: z.string().max(64),
-            port,
+            ip: z.string().max(64).meta({ description: BACKEND_IP_RULES, example: '10.0.0.11' }),
+            port: port.meta({ description: BACKEND_PORT_RULES }),
             weight: weight.default(1),
           })
           .strict(),
@@ -111,8 +120,8 @@ export const BackendSchema = z
 export const BackendBody = z
   .object({
     listener: z.string().min(1).max(32).meta({ description: 'Name of an existing listener' }),
-    ip: z.string().max(64),
-    port,
+    ip: z.string().max(64).meta({ description: BACKEND_IP_RULES, example: '10.0.0.13' }),
+    port: port.meta({ description: BACKEND_PORT_RULES }),
     weight: weight.default(1),
   })
   .strict();
