@@ -30,6 +30,8 @@ const MAX_NAME = 32;
 const NAME_PATTERN = /^[a-z_][a-z0-9_-]{0,31}$/;
 /** Readable part of a derived name: enough to recognise the resource in `ps` and the Temporal UI's activity errors. */
 const READABLE = 16;
+/** What `accountNameFor` makes, and all `removeAccount` and `reapOrphanedAccounts` ever touch. */
+const DERIVED_NAME = /^c(db|lb|dns)-[a-z0-9-]*[0-9a-f]{6}$/;
 
 export type AccountKind = 'db' | 'lb' | 'dns';
 
@@ -75,6 +77,13 @@ async function lookupGroup(name: string): Promise<boolean> {
   return (await exec('getent', ['group', name])).code === 0;
 }
 
+const COMMENT_PREFIX = 'cloud ';
+const DATA_MARK = ' @ ';
+/** The passwd comment (GECOS) of an account: no `:` or newline, which would break the file's lines. */
+function accountComment(owner: { purpose: string; dataDir: string }): string {
+  return `${COMMENT_PREFIX}${owner.purpose}${DATA_MARK}${owner.dataDir}`.replace(/[:\n]/g, ' ').slice(0, 250);
+}
+
 /** The account called `name`, or null when the machine has none. */
 export async function lookupAccount(name: string): Promise<OsAccount | null> {
   if (!NAME_PATTERN.test(name)) return null;
@@ -86,16 +95,20 @@ export async function lookupAccount(name: string): Promise<OsAccount | null> {
 
 /**
  * The account called `name`, created when missing (a system account with a group of its own, no
- * home, no shell). Without root: this process's account. Safe to call from several processes at
- * once: a creation that lost the race finds the winner's account.
+ * home, no shell). Its comment names what it serves and the directory its data lives in
+ * (`cloud DBaaS instance pg-1 @ /var/lib/cloud/dbaas`), which is how `reapOrphanedAccounts` knows an
+ * account whose data is gone. Without root: this process's account. Safe to call from several
+ * processes at once: a creation that lost the race finds the winner's account.
  */
-export async function ensureAccount(name: string, comment: string): Promise<OsAccount> {
+export async function ensureAccount(name: string, owner: { purpose: string; dataDir: string }): Promise<OsAccount> {
   if (!isolatedAccounts()) return processAccount();
   if (!NAME_PATTERN.test(name)) throw new Error(`invalid account name "${name}"`);
   const existing = await lookupAccount(name);
   if (existing) return existing;
-  const args = ['--system', '--user-group', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/usr/sbin/nologin'];
-  args.push('--comment', comment.replace(/[:\n]/g, ' ').slice(0, 120), name);
+  // A group left behind by an account removed half way is taken over rather than failing useradd.
+  const group = (await lookupGroup(name)) ? ['--gid', name] : ['--user-group'];
+  const args = ['--system', ...group, '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/usr/sbin/nologin'];
+  args.push('--comment', accountComment(owner), name);
   // useradd gives up at once when another useradd/userdel holds /etc/passwd's lock, and two of
   // ours for one name (the API and the worker) can interleave: ours run one at a time on this
   // machine, and a failure (someone else's lock) is tried again before it is reported.
@@ -115,7 +128,7 @@ export async function ensureAccount(name: string, comment: string): Promise<OsAc
  * can never remove `root` or `postgres`.
  */
 export async function removeAccount(name: string): Promise<void> {
-  if (!isolatedAccounts() || !/^c(db|lb|dns)-[a-z0-9-]*[0-9a-f]{6}$/.test(name)) return;
+  if (!isolatedAccounts() || !DERIVED_NAME.test(name)) return;
   if (!(await lookupAccount(name))) return;
   // 8: still logged in (a process outlived its server's stop): kill what is left first. Any other
   // failure is most often /etc/passwd's lock held by a parallel useradd/userdel: try again.
@@ -125,4 +138,29 @@ export async function removeAccount(name: string): Promise<void> {
     if (removed.code !== 0) await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
   }
   if (await lookupGroup(name)) await locked('groupdel', [name]);
+}
+
+/**
+ * Removes the accounts this module made whose data directory no longer exists: what a server left
+ * when its resource's directory was deleted without a destroy (a test run killed half way, a
+ * temporary directory cleaned up). Their processes are killed first. System accounts are a small
+ * range (about 900 ids shared with the machine's packages), so leaks must not pile up over runs.
+ * Returns the names removed.
+ */
+export async function reapOrphanedAccounts(): Promise<string[]> {
+  if (!isolatedAccounts()) return [];
+  const { code, stdout } = await exec('getent', ['passwd']);
+  if (code !== 0) return [];
+  const removed: string[] = [];
+  for (const line of stdout.split('\n')) {
+    const [name, , , , comment = ''] = line.split(':');
+    if (!name || !DERIVED_NAME.test(name) || !comment.startsWith(COMMENT_PREFIX)) continue;
+    const at = comment.lastIndexOf(DATA_MARK);
+    const dataDir = at === -1 ? '' : comment.slice(at + DATA_MARK.length);
+    if (!path.isAbsolute(dataDir) || existsSync(dataDir)) continue;
+    await exec('pkill', ['-KILL', '-u', name]);
+    await removeAccount(name);
+    removed.push(name);
+  }
+  return removed;
 }

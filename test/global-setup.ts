@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { TestProject } from 'vitest/node';
 import pg from 'pg';
 import { adminDatabaseUrl } from './helpers/db';
+import { reapOrphanedAccounts } from '../providers/os-accounts';
 
 /**
  * Once per run: check PostgreSQL answers, and bundle the workflows (production ones plus the
@@ -28,6 +29,13 @@ export default async function setup(project: TestProject) {
   const codePath = path.join(dir, 'workflow-bundle.js');
   writeFileSync(codePath, code);
   project.provide('workflowBundlePath', codePath);
+  // Tests give database instances and load balancers OS accounts of their own, in temporary
+  // directories: a run killed half way leaves accounts whose directory is gone. Removed before and
+  // after each run, so they never pile up on a machine (system ids are a small range).
+  await reapOrphanedAccounts();
+  return async () => {
+    await reapOrphanedAccounts();
+  };
 }
 
 declare module 'vitest' {
