@@ -13,6 +13,7 @@ import { mountReferencePage } from './reference-page';
 import { mountMcp } from '../mcp/http';
 import { version as packageVersion } from '../package.json';
 import { clientIp, forwardedClient, isLoopback } from './client-address';
+import { authenticateRequest } from './authenticate';
 
 const BODY_LIMIT = '1mb';
 /**
@@ -211,7 +212,8 @@ async function handle(deps: AppDeps, route: AnyRoute, expressPath: string, req: 
   let principal: Principal | null = null;
   if (route.credential !== 'none') {
     try {
-      principal = await deps.credentials.authenticate(req.headers.authorization);
+      // A guessed token counts against the client address like a failed sign-in (api/authenticate.ts).
+      principal = await authenticateRequest(deps, req);
     } catch (err) {
       // For the audit log only, never to authorise: the credential as this process last knew it,
       // when the database cannot say now. The request still fails (503).

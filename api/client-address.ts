@@ -7,7 +7,20 @@ import { constantTimeEqual, type Keyring } from '../common/crypto';
  */
 export function clientIp(req: Request): string | null {
   const addr = req.ip ?? req.socket.remoteAddress ?? null;
-  return addr?.startsWith('::ffff:') ? addr.slice(7) : addr;
+  return addr === null ? null : unmapIPv4(addr);
+}
+
+/**
+ * An IPv4-mapped IPv6 address as the IPv4 address it is, in either spelling (`::ffff:192.0.2.1`,
+ * or `::ffff:c000:201` as a proxy may write it); any other address unchanged.
+ */
+export function unmapIPv4(addr: string): string {
+  const dotted = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(addr);
+  if (dotted) return dotted[1];
+  const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(addr);
+  if (!hex) return addr;
+  const [high, low] = [parseInt(hex[1], 16), parseInt(hex[2], 16)];
+  return [high >> 8, high & 0xff, low >> 8, low & 0xff].join('.');
 }
 
 export function isLoopback(ip: string | null): boolean {

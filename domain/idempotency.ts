@@ -182,15 +182,52 @@ function replay(row: KeyRow): IdempotentOutcome {
   };
 }
 
+/**
+ * Keeps the owner's hold on its record fresh while its request runs: every third of the abandon
+ * time, `locked_at` moves to now. A request that works longer than IDEMPOTENCY_ABANDON_AFTER (a
+ * synchronous DBaaS restart, a slow backend) is then never taken for dead, so a retry with its key
+ * answers `409 idempotency_key_in_use` instead of running the request a second time. Only a process
+ * that died stops beating, and its record is taken over as before. Returns the stop function.
+ */
+function holdWhileRunning(deps: IdempotencyDeps, mine: Record<string, unknown>): () => Promise<void> {
+  const every = Math.max(50, Math.floor(deps.abandonAfterMs / 3));
+  let stopped = false;
+  let beat: Promise<unknown> = Promise.resolve();
+  let timer: NodeJS.Timeout;
+  const schedule = () => {
+    timer = setTimeout(() => {
+      // A failed beat is retried by the next one; the request itself is not disturbed.
+      beat = deps
+        .db('idempotency_keys')
+        .where({ ...mine, state: 'running' })
+        .update({ locked_at: deps.db.fn.now() })
+        .catch(() => undefined)
+        .finally(() => {
+          if (!stopped) schedule();
+        });
+    }, every);
+    timer.unref();
+  };
+  schedule();
+  return async () => {
+    stopped = true;
+    clearTimeout(timer);
+    await beat;
+  };
+}
+
 async function execute(deps: IdempotencyDeps, request: IdempotentRequest, token: string, run: () => Promise<HandlerResult>): Promise<IdempotentOutcome> {
   const mine = { account_id: request.accountId, key: request.key, owner_token: token };
   let result: HandlerResult;
+  const stopHolding = holdWhileRunning(deps, mine);
   try {
     result = await claims.run({ accountId: request.accountId, key: request.key, token }, run);
   } catch (err) {
+    await stopHolding();
     await deps.db('idempotency_keys').where(mine).delete();
     throw err;
   }
+  await stopHolding();
   const status = result.status ?? 200;
   if (status >= 200 && status < 300) {
     const headers = Object.fromEntries(Object.entries(result.headers ?? {}).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));

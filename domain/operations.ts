@@ -454,6 +454,22 @@ export class OperationService {
       .select('id', 'type');
   }
 
+  /**
+   * Unfinished operations whose workflow has been seen but has not reported for `quietForMs`, in
+   * id order after `afterId` (the sweeper walks them a batch per pass): the candidates whose
+   * workflow may have been closed from outside (terminated, cancelled, timed out) without an outcome.
+   */
+  async seenUnfinished(quietForMs: number, afterId: string, limit = 100): Promise<Array<Pick<OperationRow, 'id' | 'type'>>> {
+    return this.db('operations')
+      .whereIn('status', ['pending', 'running'])
+      .whereNotNull('workflow_seen_at')
+      .where('id', '>', afterId)
+      .where('updated_at', '<', this.db.raw(`now() - ?::interval`, [`${quietForMs} milliseconds`]))
+      .orderBy('id')
+      .limit(limit)
+      .select('id', 'type');
+  }
+
   async markWorkflowSeen(id: string): Promise<void> {
     await this.db('operations').where({ id }).whereNull('workflow_seen_at').update({ workflow_seen_at: this.db.fn.now() });
   }

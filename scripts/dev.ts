@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createConnection, createServer } from 'node:net';
 import path from 'node:path';
 import { loadConfig } from '../common/config';
@@ -79,6 +80,7 @@ function demoPasswords() {
   const passwords = {
     owner: process.env.DEMO_OWNER_PASSWORD ?? stored.owner ?? randomBase62(16),
     dev: process.env.DEMO_DEV_PASSWORD ?? stored.dev ?? randomBase62(16),
+    other: process.env.DEMO_OTHER_PASSWORD ?? stored.other ?? randomBase62(16),
   };
   writeFileSync(file, JSON.stringify(passwords, null, 2), { mode: 0o600 });
   return passwords;
@@ -117,6 +119,27 @@ async function startPowerDns(): Promise<string> {
   return `PowerDNS, queries on ${config.DNS_SERVER_ADDRESS} (UDP/TCP), API ${config.POWERDNS_API_URL}`;
 }
 
+/**
+ * Two small web servers on loopback ports found free, in this process (so Ctrl-C stops them): the
+ * backends of the seeded load balancer's demo listener, each saying which one answered, so a few
+ * requests through the balancer show its round robin. A balancer may not point at the platform's
+ * own ports (the API's included), so the demo needs servers of its own.
+ */
+async function startDemoBackends(): Promise<Array<{ ip: string; port: number; weight: number }>> {
+  const backends = [];
+  for (const n of [1, 2]) {
+    const server = createHttpServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(req.url === '/healthz' ? 'ok\n' : `Hello from demo backend ${n} (${req.headers.host ?? ''}${req.url ?? ''})\n`);
+    });
+    await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve));
+    server.unref();
+    const { port } = server.address() as { port: number };
+    backends.push({ ip: '127.0.0.1', port, weight: 1 });
+  }
+  return backends;
+}
+
 let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
@@ -142,6 +165,7 @@ async function main() {
   const dnsNote = await startPowerDns();
   const seeded = await seedDemo(db, passwords, createProviders({ db, config }), {
     apiPort: config.PORT,
+    demoBackends: await startDemoBackends(),
     keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY),
     config,
   });
@@ -204,6 +228,7 @@ async function main() {
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
                dev@example.test   / ${passwords.dev}   (narrower scopes and services)
+               other@example.test / ${passwords.other}   (owner of a second account, no services)
 
     npx cloud login --api-url ${apiUrl} --email owner@example.test
     npx cloud services list

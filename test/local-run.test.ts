@@ -21,14 +21,14 @@ afterAll(() => database?.drop());
 
 describe('the local run', () => {
   it('resets demo users to the passwords it prints when the database was seeded with others', async () => {
-    const first = await seedCore(database.db, { owner: 'first owner password', dev: 'the developer password' });
+    const first = await seedCore(database.db, { owner: 'first owner password', dev: 'the developer password', other: 'the other owner password' });
     expect(first).toEqual({ createdUsers: true, resetPasswords: [] });
-    const second = await seedCore(database.db, { owner: 'another owner password', dev: 'the developer password' });
+    const second = await seedCore(database.db, { owner: 'another owner password', dev: 'the developer password', other: 'the other owner password' });
     expect(second).toEqual({ createdUsers: false, resetPasswords: ['owner@example.test'] });
     const hashOf = async (email: string) => (await database.db('users').where({ email }).first()).password_hash;
     expect(await verifyPassword('another owner password', await hashOf('owner@example.test'))).toBe(true);
     expect(await verifyPassword('the developer password', await hashOf('dev@example.test'))).toBe(true);
-    expect(await seedCore(database.db, { owner: 'another owner password', dev: 'the developer password' })).toEqual({
+    expect(await seedCore(database.db, { owner: 'another owner password', dev: 'the developer password', other: 'the other owner password' })).toEqual({
       createdUsers: false,
       resetPasswords: [],
     });

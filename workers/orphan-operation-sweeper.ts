@@ -7,6 +7,17 @@ import type { OperationService } from '../domain/operations';
 import type { TemporalGateway } from '../domain/temporal';
 import type { BackgroundService } from './background';
 
+/** Seen, unfinished operations checked per pass. */
+const SEEN_BATCH = 100;
+
+/** The public message of an operation whose workflow was ended from outside, by how it ended. */
+const ENDED_FROM_OUTSIDE: Record<string, string> = {
+  TERMINATED: 'The operation was stopped by an operator (its workflow was terminated) before it recorded its outcome. Check the resource before trying again.',
+  CANCELLED: 'The operation was cancelled from outside (its workflow was cancelled) before it recorded its outcome. Check the resource before trying again.',
+  TIMED_OUT: 'The operation ran out of time (its workflow timed out) before it recorded its outcome. Check the resource before trying again.',
+  OTHER: 'The operation stopped without recording its outcome. Check the resource before trying again.',
+};
+
 /**
  * No operation row without a workflow. An asynchronous POST commits its operation row, then starts
  * the workflow; if its process dies in between, or it cannot take the row back after a start that
@@ -16,9 +27,17 @@ import type { BackgroundService } from './background';
  * left alone; a workflow that does not exist, or ended without recording an outcome, gets its
  * operation failed (`not_started` / `interrupted`), its claims released, and `operation.completed`.
  * A workflow that still starts after that finds its operation closed and stops before acting.
+ *
+ * A workflow can also end from outside after it was seen (`temporal workflow terminate`, a cancel
+ * from the Temporal UI, a run timeout): nothing then records an outcome, and the operation would
+ * stay `running` for ever. So each pass also walks, a batch at a time, the unfinished operations
+ * whose workflow was seen and has not reported for OPERATION_ORPHAN_AFTER, and closes those whose
+ * workflow is no longer running the same way (`interrupted`, with a message naming how it ended).
  */
 export class OrphanOperationSweeper extends PeriodicService implements BackgroundService {
   readonly name = 'orphan-operation-sweeper';
+  /** Where the walk over seen, unfinished operations goes on next pass ('' starts over). */
+  private seenCursor = '';
 
   constructor(private readonly deps: { config: Config; logger: Logger; temporal: TemporalGateway; operations: OperationService }) {
     super({ intervalMs: deps.config.OPERATION_ORPHAN_SWEEP_INTERVAL });
@@ -47,6 +66,7 @@ export class OrphanOperationSweeper extends PeriodicService implements Backgroun
           closed.push(op.id);
         }
       }
+      closed.push(...(await this.sweepSeen()));
     } catch (err) {
       // Temporal or PostgreSQL not answering: nothing is decided on a guess; the next pass retries.
       this.deps.logger.warn({ err: (err as Error).message }, 'orphan operation sweep failed; next pass retries');
@@ -54,12 +74,37 @@ export class OrphanOperationSweeper extends PeriodicService implements Backgroun
     return closed;
   }
 
+  /** One batch of the walk over operations whose workflow was seen: closes those it no longer runs. */
+  private async sweepSeen(): Promise<string[]> {
+    const closed: string[] = [];
+    const batch = await this.deps.operations.seenUnfinished(this.deps.config.OPERATION_ORPHAN_AFTER, this.seenCursor, SEEN_BATCH);
+    this.seenCursor = batch.length === SEEN_BATCH ? batch[batch.length - 1].id : '';
+    for (const op of batch) {
+      const status = await this.workflowStatus(op.id);
+      if (status === 'RUNNING') continue;
+      // Ended without recording an outcome: the workflow records it before it completes, and a
+      // row that became terminal meanwhile is left alone by abandon().
+      const error = { code: 'interrupted', message: ENDED_FROM_OUTSIDE[status] ?? ENDED_FROM_OUTSIDE.OTHER };
+      if (await this.deps.operations.abandon(op.id, error, releaseOf(op.type))) {
+        this.deps.logger.warn({ operation: op.id, type: op.type, workflow: status }, 'closed an operation whose workflow ended without an outcome');
+        closed.push(op.id);
+      }
+    }
+    return closed;
+  }
+
   private async workflowState(id: string): Promise<'running' | 'closed' | 'missing'> {
+    const status = await this.workflowStatus(id);
+    return status === 'RUNNING' ? 'running' : status === 'MISSING' ? 'missing' : 'closed';
+  }
+
+  /** The workflow's status as Temporal names it (`RUNNING`, `TERMINATED`, ...), or `MISSING`. */
+  private async workflowStatus(id: string): Promise<string> {
     try {
       const description = await this.deps.temporal.withDeadline(5_000, () => this.deps.temporal.handle(id).describe());
-      return description.status.name === 'RUNNING' ? 'running' : 'closed';
+      return description.status.name;
     } catch (err) {
-      if (err instanceof WorkflowNotFoundError) return 'missing';
+      if (err instanceof WorkflowNotFoundError) return 'MISSING';
       throw err;
     }
   }

@@ -10,6 +10,7 @@ import * as dbaas from './20261123000200_dbaas';
 import * as dns from './20261123000100_dns';
 import * as hardening from './20261123000400_hardening';
 import * as rateLimits from './20261124001400_rate_limits';
+import * as operationsUnfinished from './20261125000500_operations_unfinished';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -27,6 +28,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261123000100_dns', dns],
   ['20261123000400_hardening', hardening],
   ['20261124001400_rate_limits', rateLimits],
+  ['20261125000500_operations_unfinished', operationsUnfinished],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -5,7 +5,12 @@ import { DEFAULT_CAPABILITIES } from '../../domain/capabilities';
 export interface DemoPasswords {
   owner: string;
   dev: string;
+  /** The owner of the second account, `other@example.test`. */
+  other: string;
 }
+
+/** The second account's owner (DECISIONS "Data planes ... Seed"): no services, to try isolation between accounts. */
+export const OTHER_OWNER_EMAIL = 'other@example.test';
 
 /** The non-owner's narrower permission set (DECISIONS "Seed": some scopes, some services). */
 export const DEV_USER_SCOPES = [
@@ -42,7 +47,9 @@ export interface SeedOutcome {
 }
 
 /**
- * Account cus_1 with its owner, a narrower developer and one active service per family.
+ * Account cus_1 with its owner, a narrower developer and one active service per family; and a
+ * second account owned by `other@example.test` with no services, which orders from the same
+ * catalog (and WELCOME100) like the first, so that isolation between accounts can be tried.
  * Idempotent: existing rows are kept, except the demo users' passwords, which are reset to the
  * given ones when they differ (a database seeded by another checkout, or by a run with other
  * DEMO_*_PASSWORD values), so that what `npm start` prints always works.
@@ -59,7 +66,12 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<Seed
 
     let createdUsers = false;
     const resetPasswords: string[] = [];
-    const ensureUser = async (email: string, password: string, fields: { is_owner: boolean; scopes: string[]; all_services: boolean }) => {
+    const ensureUser = async (
+      email: string,
+      password: string,
+      fields: { is_owner: boolean; scopes: string[]; all_services: boolean },
+      accountId: () => Promise<number> = async () => 1,
+    ) => {
       const existing = await trx('users').whereRaw('lower(email) = ?', [email]).first();
       if (existing) {
         if (!(await verifyPassword(password, existing.password_hash))) {
@@ -72,12 +84,20 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<Seed
       }
       createdUsers = true;
       const [row] = await trx('users')
-        .insert({ account_id: 1, email, password_hash: await hashPassword(password), ...fields })
+        .insert({ account_id: await accountId(), email, password_hash: await hashPassword(password), ...fields })
         .returning('id');
       return row.id as number;
     };
     await ensureUser('owner@example.test', passwords.owner, { is_owner: true, scopes: [], all_services: true });
     const devId = await ensureUser('dev@example.test', passwords.dev, { is_owner: false, scopes: DEV_USER_SCOPES, all_services: false });
+    // The second account is the one its owner belongs to: made (with the same credit) only with its owner.
+    await ensureUser(OTHER_OWNER_EMAIL, passwords.other, { is_owner: true, scopes: [], all_services: true }, async () => {
+      const [account] = await trx('accounts')
+        .insert({ name: 'Other Demo Account', company: 'Other Example Ltd', email: OTHER_OWNER_EMAIL, country: 'DE', currency: 'EUR' })
+        .returning('id');
+      await trx('billing_accounts').insert({ account_id: account.id, credit: 5.0 });
+      return Number(account.id);
+    });
 
     const today = new Date();
     const nextDue = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() + 1, 1)).toISOString().slice(0, 10);
