@@ -2,7 +2,7 @@ import { BlockList, isIP } from 'node:net';
 
 /**
  * What kind of address an IP literal is, for every check of an address a customer chose: webhook
- * targets (domain/webhooks/targets.ts) and load-balancer backends (providers/lb.rules.ts). Pure, so
+ * targets (infra/webhook-targets.ts) and load-balancer backends (providers/lb.rules.ts). Pure, so
  * the providers can use it too. An IPv6 address that carries an IPv4 address (IPv4-mapped
  * `::ffff:a.b.c.d` in any spelling, NAT64, 6to4) is classified as the IPv4 address it reaches.
  */
@@ -120,6 +120,8 @@ export function isIpv4Compatible(address: string): boolean {
 export function classifyAddress(address: string): AddressClass {
   const family = isIP(address.split('%')[0]);
   if (family === 4) {
+    // `127.0.0.1%eth0` is no IPv4 literal a socket takes; never let it pass as public.
+    if (address.includes('%')) return 'reserved';
     for (const [label, list] of V4) if (list.check(address, 'ipv4')) return label;
     return 'public';
   }

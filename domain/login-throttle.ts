@@ -49,7 +49,7 @@ export function addressGroup(ip: string): string {
  * addresses are counted alike (nothing tells them apart). The email is stored hashed.
  *
  * A bearer token that is no credential at all (`invalid_api_key`, what a guess gets) counts against
- * the same per-address bucket (`failedCredential`). Past the limit this process refuses further
+ * a per-address bucket of its own with the same limit (`failedCredential`). Past the limit this process refuses further
  * guesses from that address until the window ends (`blockedFor`, memory only, so a blocked guesser
  * costs no query); valid credentials from the address are not affected (api/authenticate.ts).
  */
@@ -70,6 +70,14 @@ export class LoginThrottle {
     return `ip:${ip === null ? 'unknown' : addressGroup(ip)}`;
   }
 
+  /**
+   * Guessed tokens count in a bucket of their own per address, with the same limit: a script with a
+   * stale token behind an office's or a carrier's NAT must not hold off that address's sign-ins.
+   */
+  static tokenBucket(ip: string | null): string {
+    return `token:${ip === null ? 'unknown' : addressGroup(ip)}`;
+  }
+
   /** Counts one attempt against both buckets; refused when either is over its limit. */
   async attempt(email: string, ip: string | null): Promise<LoginVerdict> {
     return verdictOf(
@@ -79,11 +87,11 @@ export class LoginThrottle {
 
   /**
    * A bearer token that is no credential, from `ip`: one failed attempt against the address's
-   * bucket, like a failed sign-in. Refused past the limit, and then remembered by this process
-   * (blockedFor) until the window ends.
+   * token bucket (LOGIN_MAX_ATTEMPTS_PER_IP per window, like sign-ins, counted apart from them).
+   * Refused past the limit, and then remembered by this process (blockedFor) until the window ends.
    */
   async failedCredential(ip: string | null): Promise<LoginVerdict> {
-    const bucket = LoginThrottle.ipBucket(ip);
+    const bucket = LoginThrottle.tokenBucket(ip);
     const verdict = verdictOf([await this.count(bucket, this.limits.perIp)]);
     if (!verdict.allowed) {
       this.blocked.set(bucket, Date.now() + verdict.retryAfterSeconds * 1000);
@@ -95,7 +103,7 @@ export class LoginThrottle {
   /** Seconds this process still refuses guessed tokens from `ip` (0: none). Memory only, no query. */
   blockedFor(ip: string | null): number {
     if (this.blocked.size === 0) return 0;
-    const bucket = LoginThrottle.ipBucket(ip);
+    const bucket = LoginThrottle.tokenBucket(ip);
     const until = this.blocked.get(bucket);
     if (until === undefined) return 0;
     if (until <= Date.now()) {

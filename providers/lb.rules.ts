@@ -1,5 +1,5 @@
 import { BlockList, isIP } from 'node:net';
-import { classifyAddress, isIpv4Compatible, unmapIpv4 } from '../common/ip-address';
+import { classifyAddress, embeddedV4, isIpv4Compatible, unmapIpv4 } from '../common/ip-address';
 import { LB_ALGORITHMS, LB_PROTOCOLS, type LbBackendTarget, type LbListener } from './lb.provider';
 
 /** A field at fault, in the API's dot notation (`listeners.1.port`). */
@@ -190,9 +190,11 @@ export function backendTargetProblem(ip: string, port: number, policy: BackendTa
     return { field: 'ip', message: `${shown} is a link-local address (the cloud metadata service, this host's own link); backends cannot use it` };
   if (cls === 'unspecified' || cls === 'multicast') return { field: 'ip', message: `${shown} is not the address of a host` };
   if (isIpv4Compatible(reached)) return { field: 'ip', message: `${ip} is an IPv4-compatible IPv6 address (deprecated); give the IPv4 address` };
-  const platform = isIP(reached) === 4 ? policy.platformRanges.find((r) => inRange(reached, r.range)) : undefined;
+  // NAT64 and 6to4 forms reach the IPv4 address they carry (through a gateway): judged as it.
+  const carried = embeddedV4(reached) ?? reached;
+  const platform = isIP(carried) === 4 ? policy.platformRanges.find((r) => inRange(carried, r.range)) : undefined;
   if (platform) return { field: 'ip', message: `${shown} belongs to ${platform.what}; backends cannot reach it` };
-  if (cls === 'loopback' || policy.hostAddresses.has(reached)) {
+  if (cls === 'loopback' || policy.hostAddresses.has(reached) || policy.hostAddresses.has(carried)) {
     if (!policy.allowLoopback)
       return {
         field: 'ip',

@@ -57,7 +57,7 @@ async function refused(session: RealSession, sql: string): Promise<boolean> {
 }
 
 beforeAll(async () => {
-  stack = await startStack({ temporal: 'none' });
+  stack = await startStack({ temporal: 'none', env: { DBAAS_BACKEND: 'instances' } });
   token = stack.owner.key;
   await seedOrders(stack.db);
   svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product: 'dbaas-mysql-s' });
@@ -217,6 +217,8 @@ describe('MariaDB: database names never become mariadb-dump options', () => {
       expect(dump).not.toContain('victim-secret');
       expect(dump).not.toMatch(/^USE `mysql`/m);
       expect(existsSync(escape)).toBe(false);
+      // They are the tenant's databases all the same: in the backup, as names.
+      for (const name of injected) expect(dump).toContain(`CREATE DATABASE /*!32312 IF NOT EXISTS*/ \`${name}\``);
     } finally {
       await fs.rm(victimSocket, { force: true });
       await fs.rm(escape, { force: true });

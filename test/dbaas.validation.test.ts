@@ -20,6 +20,8 @@ describe('DBaaS names and passwords (DECISIONS "DBaaS")', () => {
     expect(checkUsername('root', 'mysql').ok).toBe(false);
     expect(checkUsername('postgres', 'postgresql').ok).toBe(false);
     expect(checkUsername('pg_monitor').ok).toBe(false);
+    // Role names PostgreSQL refuses itself (42939): a clear 400 here, never the engine's 500.
+    for (const name of ['none', 'current_user', 'current_role', 'session_user']) expect(checkUsername(name, 'postgresql').ok).toBe(false);
   });
 
   it('takes passwords of 12 to 128 characters, counted as characters', () => {

@@ -66,6 +66,11 @@ describe('backend target rules (pure)', () => {
     ['127.77.0.8', 8080, 'ip', /load balancers/],
     ['::ffff:127.77.0.8', 8080, 'ip', /load balancers/],
     ['127.78.0.1', 5432, 'ip', /database instances/],
+    // NAT64 and 6to4 forms reach the IPv4 address they carry through a gateway.
+    ['64:ff9b::127.77.0.8', 8080, 'ip', /load balancers/],
+    ['64:ff9b::7f4e:1', 5432, 'ip', /database instances/],
+    ['2002:7f4d:8::1', 8080, 'ip', /load balancers/],
+    ['64:ff9b::172.17.0.2', 7233, 'port', /platform's own servers/],
   ])('%s port %d is refused (%s)', (ip, port, field, message) => {
     const problem = backendTargetProblem(ip, port, policy);
     expect(problem?.field).toBe(field);
@@ -108,7 +113,7 @@ describe('load-balancer backends on real HAProxy, with ALLOW_INSECURE_TARGETS', 
     stack.http.put(`${path()}/listeners`, { token, body: { listeners: [listener('web', port, backends)] } });
 
   beforeAll(async () => {
-    stack = await startStack({ temporal: 'none', env: { ALLOW_INSECURE_TARGETS: '1' } });
+    stack = await startStack({ temporal: 'none', env: { LB_BACKEND: 'haproxy', DBAAS_BACKEND: 'instances', ALLOW_INSECURE_TARGETS: '1' } });
     token = stack.owner.key;
     lb = await buildBalancer(stack, 'lb-targets');
     other = await buildBalancer(stack, 'lb-other-tenant');
@@ -272,7 +277,7 @@ describe('load-balancer backends without ALLOW_INSECURE_TARGETS', () => {
   let backend: Backend;
 
   beforeAll(async () => {
-    stack = await startStack({ temporal: 'none', env: { ALLOW_INSECURE_TARGETS: '0' } });
+    stack = await startStack({ temporal: 'none', env: { LB_BACKEND: 'haproxy', DBAAS_BACKEND: 'instances', ALLOW_INSECURE_TARGETS: '0' } });
     lb = await buildBalancer(stack, 'lb-strict');
     backend = await startBackend('local');
   });

@@ -28,7 +28,7 @@ const RESERVED_DATABASES: Record<DbEngine, readonly string[]> = {
 const RESERVED_USERS: Record<DbEngine, readonly string[]> = {
   // `postgres` is each instance's bootstrap superuser, reached only over its private socket;
   // `public` is the pseudo-role every role belongs to.
-  postgresql: ['postgres', 'public'],
+  postgresql: ['postgres', 'public', 'none', 'current_user', 'current_role', 'session_user'],
   // `root` is the control plane's, `mysql` the account Debian's install makes for the server's OS account.
   mysql: ['root', 'mysql', 'public'],
 };
