@@ -14,6 +14,15 @@ export function protectLocalPorts(ports: Iterable<number>): void {
   for (const port of ports) if (Number.isInteger(port) && port > 0 && port <= 65535) protectedLocalPorts.add(port);
 }
 
+/**
+ * Forgets ports registered earlier: a process that runs test file after test file (vitest's workers)
+ * gives back the ephemeral ports of a file's servers once they are gone, so that a later file's
+ * server that happens to get one of those ports is not taken for the platform's.
+ */
+export function forgetLocalPorts(ports: Iterable<number>): void {
+  for (const port of ports) protectedLocalPorts.delete(port);
+}
+
 /** Every port registered so far (a copy). */
 export function registeredLocalPorts(): number[] {
   return [...protectedLocalPorts];

@@ -64,7 +64,7 @@ export function dbaasHttpSuite(engine: DbEngine) {
 
   beforeAll(async () => {
     root = mkdtempSync(path.join(os.tmpdir(), `dbaas-http-${engine}-`));
-    stack = await startStack({ env: { DBAAS_DATA_DIR: root, TEARDOWN_SWEEP_INTERVAL: '200ms', LOG_LEVEL: 'trace' }, logLines });
+    stack = await startStack({ env: { DBAAS_BACKEND: 'instances', DBAAS_DATA_DIR: root, TEARDOWN_SWEEP_INTERVAL: '200ms', LOG_LEVEL: 'trace' }, logLines });
     token = stack.owner.key;
     await seedOrders(stack.db);
     svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product: PRODUCT[engine] });

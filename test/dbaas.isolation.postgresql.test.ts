@@ -47,7 +47,7 @@ async function asSuperuser<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
 }
 
 beforeAll(async () => {
-  stack = await startStack({ temporal: 'none' });
+  stack = await startStack({ temporal: 'none', env: { DBAAS_BACKEND: 'instances' } });
   token = stack.owner.key;
   await seedOrders(stack.db);
   svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product: 'dbaas-postgres-s' });

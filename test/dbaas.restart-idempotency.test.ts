@@ -20,7 +20,7 @@ let svc: { id: string; serviceId: number };
 
 beforeAll(async () => {
   root = mkdtempSync(path.join(os.tmpdir(), 'dbaas-restart-'));
-  stack = await startStack({ temporal: 'none', env: { DBAAS_DATA_DIR: root, IDEMPOTENCY_ABANDON_AFTER: '100ms' } });
+  stack = await startStack({ temporal: 'none', env: { DBAAS_BACKEND: 'instances', DBAAS_DATA_DIR: root, IDEMPOTENCY_ABANDON_AFTER: '100ms' } });
   await seedOrders(stack.db);
   svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product: 'dbaas-postgres-s' });
   const attached = await stack.http.post(`/_dev/dbaas/${svc.id}/instance`, { body: {} });

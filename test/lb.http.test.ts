@@ -49,7 +49,7 @@ describe('load balancers on HAProxy, over HTTP', () => {
   const path = () => `/v1/load-balancers/${lbId}`;
 
   beforeAll(async () => {
-    stack = await startStack({ temporal: 'none' });
+    stack = await startStack({ temporal: 'none', env: { LB_BACKEND: 'haproxy' } });
     token = stack.owner.key;
     // Services of other families between the load balancers, for the list's short pages.
     await createService(stack.db, stack.owner.accountId, { family: 'vps' });

@@ -14,7 +14,7 @@ import { get, startBackend } from './lb.support';
 let stack: Stack;
 
 beforeAll(async () => {
-  stack = await startStack({ env: { TEARDOWN_SWEEP_INTERVAL: '200ms' } });
+  stack = await startStack({ env: { LB_BACKEND: 'haproxy', TEARDOWN_SWEEP_INTERVAL: '200ms' } });
   await seedOrders(stack.db);
 });
 afterAll(() => stack?.close());

@@ -16,7 +16,7 @@ describe('the load-balancer seed', () => {
   const apiPort = () => Number(new URL(stack.url).port);
 
   beforeAll(async () => {
-    stack = await startStack({ temporal: 'none' });
+    stack = await startStack({ temporal: 'none', env: { LB_BACKEND: 'haproxy' } });
     [one, two] = [await startBackend('demo one'), await startBackend('demo two')];
   });
   afterAll(async () => {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import knexFactory from 'knex';
+import knexFactory, { type Knex } from 'knex';
 import { createDb, type Db } from '../../db/knex';
 
 /** The server the suite creates its databases on (the `cloud` superuser of scripts/ensure-tools.sh). */
@@ -13,24 +13,76 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** A fresh, migrated database for one test file; dropped afterwards. */
-export async function createTestDatabase(): Promise<TestDatabase> {
-  const admin = knexFactory({ client: 'pg', connection: adminDatabaseUrl(), pool: { min: 0, max: 1 } });
-  const name = `cloud_test_${randomBytes(6).toString('hex')}`;
-  await admin.raw(`create database ${name}`);
-  await admin.destroy();
+function databaseUrl(name: string): string {
   const url = new URL(adminDatabaseUrl());
   url.pathname = `/${name}`;
-  const db = createDb(url.toString(), 10);
-  await db.migrate.latest();
+  return url.toString();
+}
+
+async function asAdmin<T>(fn: (admin: Knex) => Promise<T>): Promise<T> {
+  const admin = knexFactory({ client: 'pg', connection: adminDatabaseUrl(), pool: { min: 0, max: 1 } });
+  try {
+    return await fn(admin);
+  } finally {
+    await admin.destroy();
+  }
+}
+
+/**
+ * Templates are named with their creation time, so that a run killed before its teardown leaves one
+ * that a later run can recognise as stale (other runs on the same server keep theirs).
+ */
+const TEMPLATE_PREFIX = 'cloud_test_template_';
+const STALE_TEMPLATE_MS = 6 * 3_600_000;
+
+/**
+ * A migrated database for test/global-setup.ts to hand to every file of a run: cloning it
+ * (`CREATE DATABASE ... TEMPLATE`) is a file copy, where migrating each file's database ran every
+ * migration again. Nothing may stay connected to it (a clone needs it idle).
+ */
+export async function createTemplateDatabase(): Promise<{ name: string }> {
+  const name = `${TEMPLATE_PREFIX}${Date.now()}_${randomBytes(3).toString('hex')}`;
+  await asAdmin((admin) => admin.raw(`create database ${name}`));
+  const db = createDb(databaseUrl(name), 2);
+  try {
+    await db.migrate.latest();
+  } finally {
+    await db.destroy();
+  }
+  return { name };
+}
+
+/** Drops the templates of runs that were killed hours ago. */
+export async function dropStaleTemplates(): Promise<void> {
+  await asAdmin(async (admin) => {
+    const rows: Array<{ datname: string }> = (await admin.raw(`select datname from pg_database where datname like '${TEMPLATE_PREFIX}%'`)).rows;
+    for (const { datname } of rows) {
+      const createdAt = Number(datname.slice(TEMPLATE_PREFIX.length).split('_')[0]);
+      if (Date.now() - createdAt > STALE_TEMPLATE_MS) await admin.raw(`drop database if exists ${datname} with (force)`);
+    }
+  });
+}
+
+let template: string | null = null;
+
+/** Clone file databases from this run's template (test/helpers/per-file.ts); without one, each is migrated. */
+export function useTemplateDatabase(name: string | undefined): void {
+  template = name ?? null;
+}
+
+/** A fresh, migrated database for one test file (or benchmark); dropped afterwards. */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const name = `cloud_test_${randomBytes(6).toString('hex')}`;
+  await asAdmin((admin) => admin.raw(template ? `create database ${name} template ${template}` : `create database ${name}`));
+  const url = databaseUrl(name);
+  const db = createDb(url, 10);
+  if (!template) await db.migrate.latest();
   return {
-    url: url.toString(),
+    url,
     db,
     async drop() {
       await db.destroy();
-      const again = knexFactory({ client: 'pg', connection: adminDatabaseUrl(), pool: { min: 0, max: 1 } });
-      await again.raw(`drop database if exists ${name} with (force)`);
-      await again.destroy();
+      await asAdmin((admin) => admin.raw(`drop database if exists ${name} with (force)`));
     },
   };
 }

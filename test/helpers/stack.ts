@@ -18,14 +18,21 @@ import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './tem
 import { httpClient, type HttpClient } from './http';
 import { createAccount, createApiKey, createSession, createUser } from './fixtures';
 import { ALL_SCOPES } from '../../domain/scopes';
-import { protectLocalPorts } from '../../domain/webhooks/targets';
+import { protectLocalPorts } from '../../infra/webhook-targets';
 
 export interface StackOptions {
-  /** Which Temporal server backs the stack; 'none' for tests that need no workflow. */
+  /**
+   * Which Temporal server backs the stack: 'dev' (a namespace of its own on the worker's dev
+   * server), 'time-skipping' (a server of its own), or 'none' for tests that need no workflow.
+   */
   temporal?: 'dev' | 'time-skipping' | 'none';
   /** Start a worker on the stack's task queue (default: when there is a Temporal server). */
   worker?: boolean;
-  /** Environment overrides (short durations are the default here). */
+  /**
+   * Environment overrides (short durations are the default here). Backends are simulated unless a
+   * test about a real server asks for it: `DNS_BACKEND: 'powerdns'` (with its address, test/dns.support.ts),
+   * `LB_BACKEND: 'haproxy'`, `DBAAS_BACKEND: 'instances'`.
+   */
   env?: Record<string, string>;
   /** Collect every log line of the API and the worker here (at LOG_LEVEL, `trace` to see all). */
   logLines?: string[];
@@ -60,21 +67,24 @@ export const SHORT_DURATIONS: Record<string, string> = {
 };
 
 /**
- * The whole system in one process for a test file: a fresh database, a Temporal server, a worker on
- * a task queue of its own, and the API listening on an ephemeral loopback port.
+ * The whole system in one process for a test file: a fresh database, a Temporal namespace (or
+ * time-skipping server), a worker on a task queue of its own, simulated backends, and the API
+ * listening on an ephemeral loopback port.
  */
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const temporalKind = options.temporal ?? 'dev';
   const database = await createTestDatabase();
   const temporal = temporalKind === 'dev' ? await createDevServerEnv() : temporalKind === 'time-skipping' ? await createTimeSkippingEnv() : null;
   const taskQueue = `test-${randomBytes(4).toString('hex')}`;
-  // Load balancers (real HAProxy by default): this stack's own directory and loopback range.
+  // Load balancers and database instances, when a test asks for the real ones: this stack's own
+  // directories and loopback range.
   const lbDataDir = await mkdtemp(path.join(tmpdir(), 'stack-lb-'));
   const dbaasDataDir = await mkdtemp(path.join(tmpdir(), 'stack-dbaas-'));
   const lbBindAddress = `127.${100 + (randomBytes(1)[0] % 100)}.${randomBytes(1)[0] % 250}.0/24`;
   const config = loadConfig({
     ...process.env,
     DATABASE_URL: database.url,
+    ...(temporal ? { TEMPORAL_ADDRESS: temporal.address, TEMPORAL_NAMESPACE: temporal.namespace ?? 'default' } : {}),
     TEMPORAL_TASK_QUEUE: taskQueue,
     TEMPORAL_SEARCH_ATTRIBUTES: temporalKind === 'dev' ? '1' : '0',
     CLOUD_DEV_ENDPOINTS: '1',
@@ -85,8 +95,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     LB_BIND_ADDRESS: lbBindAddress,
     // Database instances of this stack, if a test makes any (never the checkout's .data/).
     DBAAS_DATA_DIR: dbaasDataDir,
-    // DNS tests that need the real server start one and pass DNS_BACKEND=powerdns with its address.
+    // Simulated backends: most tests are not about the backend, and a real server per stack costs
+    // seconds. The tests about PowerDNS, HAProxy and database instances ask for them (options.env).
     DNS_BACKEND: 'simulator',
+    LB_BACKEND: 'simulator',
+    DBAAS_BACKEND: 'simulator',
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
