@@ -1,12 +1,22 @@
 import { isIP } from 'node:net';
+import path from 'node:path';
 import { z } from 'zod';
 import { parseDuration, parseDurationList } from './duration';
 import { isLoopbackRange, parseIpv4Range } from './ipv4-range';
+import { serverDataRoot } from '../providers/local-server/data-dir';
 
 /**
  * The whole configuration, read from the environment and validated once at start-up.
  * docs/configuration.md describes every variable; keep the two in step.
  */
+/**
+ * Where a server family keeps its data when its variable is unset: `<checkout>/.data/<name>`, or,
+ * when root runs a checkout whose `.data` other accounts cannot reach (a home of mode 0700), the
+ * machine directory `/var/lib/cloud-dev/<hash of the checkout's path>/<name>`: every server runs
+ * as an account of its own, which must get to its data.
+ */
+export const defaultServerDataDir = (name: string): string => path.join(serverDataRoot(path.resolve(__dirname, '..')), name);
+
 const duration = (fallback: string) =>
   z
     .string()
@@ -142,13 +152,13 @@ export const configSchema = z
       .string()
       .default('127.77.0.0/16')
       .refine((v) => /^\d{1,3}(\.\d{1,3}){3}(\/([89]|[12]\d|30))?$/.test(v), 'must be an IPv4 address or an IPv4 range such as 127.77.0.0/16 (prefix 8 to 30)'),
-    /** HAProxy balancers' configuration, pidfiles and sockets, one directory each (relative to the working directory). */
-    LB_DATA_DIR: z.string().default('.data/lb'),
+    /** HAProxy balancers' configuration, pidfiles and sockets, one directory each (a relative path is taken from the working directory). */
+    LB_DATA_DIR: z.string().default(() => defaultServerDataDir('lb')),
     /** How often the worker makes sure every balancer of a live service runs (restarted after a crash or a host restart). */
     LB_KEEPER_INTERVAL: duration('60s'),
     /** `instances`: each dbaas service is its own PostgreSQL/MariaDB server on this machine; `simulator`: PostgreSQL-backed stand-in. */
     DBAAS_BACKEND: z.enum(['instances', 'simulator']).default('instances'),
-    /** Where the instances live (data, sockets, TLS, logs, backups); `<checkout>/.data/dbaas` when unset. */
+    /** Where the instances live (data, sockets, TLS, logs, backups); `defaultServerDataDir('dbaas')` when unset. */
     DBAAS_DATA_DIR: z.string().optional(),
     /**
      * Loopback range the instances listen in: each gets the lowest address no other instance uses,
@@ -172,7 +182,7 @@ export const configSchema = z
     /** The API key; when unset it is read from POWERDNS_DATA_DIR/api-key (generated once by the local server). Never logged. */
     POWERDNS_API_KEY: z.string().min(1).optional(),
     /** The local server's data: SQLite database, configuration and API key (0600). */
-    POWERDNS_DATA_DIR: z.string().default('.data/powerdns'),
+    POWERDNS_DATA_DIR: z.string().default(() => defaultServerDataDir('powerdns')),
     /** Bound on one call to the PowerDNS API. */
     POWERDNS_TIMEOUT: duration('5s'),
     /** Name servers of every new zone (its NS records; the first is the SOA primary), comma-separated. */

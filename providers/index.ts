@@ -1,6 +1,5 @@
 import type { Knex } from 'knex';
-import path from 'node:path';
-import type { Config } from '../common/config';
+import { defaultServerDataDir, type Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import { SimulatedBillingClock } from './simulator/billing-clock';
 import { backendOf } from '../common/families';
@@ -64,7 +63,7 @@ export function createProviders({ db, config }: { db: Knex; config: Config }): P
   const dbInstances =
     config.DBAAS_BACKEND === 'simulator'
       ? null
-      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? path.resolve(__dirname, '..', '.data', 'dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE });
+      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE });
   const dbaas = withOutageSwitch(dbInstances ?? new DbaasSimulator(db, tasks), switchboard, 'dbaas');
   const lbTargets = lbTargetsOf(config, dbInstances);
   const lb = withOutageSwitch(

@@ -130,6 +130,8 @@ export async function ensureAccount(name: string, owner: { purpose: string; data
 export async function removeAccount(name: string): Promise<void> {
   if (!isolatedAccounts() || !DERIVED_NAME.test(name)) return;
   if (!(await lookupAccount(name))) return;
+  await exec('pkill', ['-KILL', '-u', name]);
+  await removeLeftovers(name);
   // 8: still logged in (a process outlived its server's stop): kill what is left first. Any other
   // failure is most often /etc/passwd's lock held by a parallel useradd/userdel: try again.
   for (let attempt = 0; attempt < 8 && (await lookupAccount(name)); attempt++) {
@@ -138,6 +140,33 @@ export async function removeAccount(name: string): Promise<void> {
     if (removed.code !== 0) await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
   }
   if (await lookupGroup(name)) await locked('groupdel', [name]);
+}
+
+/** Directories every account may write to, outside any resource's own directory. */
+const SHARED_WRITABLE = ['/tmp', '/var/tmp', '/dev/shm', '/dev/mqueue', '/run/lock'];
+
+/**
+ * What an account leaves outside its resource's directory: files in the world-writable
+ * directories (a PostgreSQL server's shared memory segments in /dev/shm after a kill, whatever code
+ * running as the account put in /tmp) and System V IPC objects. `useradd --system` hands a freed
+ * uid out again, and the next tenant's account must not inherit any of it (data, or a planted
+ * setuid file).
+ */
+async function removeLeftovers(name: string): Promise<void> {
+  const dirs = SHARED_WRITABLE.filter((d) => existsSync(d));
+  if (dirs.length) await exec('find', [...dirs, '-xdev', '-user', name, '-delete']);
+  for (const [kind, flag] of [
+    ['-m', '-m'],
+    ['-s', '-s'],
+    ['-q', '-q'],
+  ] as const) {
+    const { stdout } = await exec('ipcs', [kind]);
+    for (const line of stdout.split('\n')) {
+      // key  id  owner  perms ...
+      const [, id, owner] = line.trim().split(/\s+/);
+      if (owner === name && /^\d+$/.test(id ?? '')) await exec('ipcrm', [flag, id]);
+    }
+  }
 }
 
 /**

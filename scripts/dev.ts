@@ -3,14 +3,17 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createConnection, createServer } from 'node:net';
 import path from 'node:path';
-import { loadConfig } from '../common/config';
+import { defaultServerDataDir, loadConfig, type Config } from '../common/config';
 import { randomBase62 } from '../common/crypto';
 import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
 import { createProviders } from '../providers';
-import { loadKeyring } from '../domain/instance';
+import { loadKeyring } from '../infra/master-key';
 import { PowerDnsServer, readApiKey } from '../providers/powerdns/powerdns.server';
-import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../domain/temporal';
+import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
+import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter';
+import { checkoutRanges, joinHostPort, portOrFree, splitHostPort } from '../providers/local-server';
+import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../infra/temporal';
 
 /**
  * The local run (`npm start`): PostgreSQL is already up (scripts/ensure-tools.sh); this migrates and
@@ -28,8 +31,50 @@ const localEnv: Record<string, string> = {
   NODE_ENV: process.env.NODE_ENV ?? 'development',
 };
 const env = { ...localEnv, ...process.env } as Record<string, string>;
-const config = loadConfig(env);
+let config: Config = loadConfig(env);
 const children: ChildProcess[] = [];
+
+/**
+ * What this checkout's run must not share with another checkout's on the same machine (each runs its
+ * own servers): its own address ranges for balancers and database instances, and, where the usual
+ * port is taken (by another checkout's run, most often), a free one for the API, Temporal, its UI
+ * and PowerDNS. Only settings left unset are chosen; the children get them through `env`. Returns
+ * lines for the banner saying what moved.
+ */
+async function chooseLocalSettings(): Promise<string[]> {
+  const unset = (name: string) => !process.env[name];
+  const ranges = checkoutRanges(root);
+  if (unset('LB_BIND_ADDRESS')) env.LB_BIND_ADDRESS = ranges.lb;
+  if (unset('DBAAS_ADDRESS_RANGE')) env.DBAAS_ADDRESS_RANGE = ranges.dbaas;
+  const moved: string[] = [];
+  const usual = loadConfig(env);
+  const move = async (what: string, name: string, host: string, port: number, set: (port: number) => string, opts: { udp?: boolean } = {}) => {
+    if (!unset(name)) return;
+    const chosen = await portOrFree(host, port, opts);
+    if (chosen === port) return;
+    env[name] = set(chosen);
+    moved.push(`${what} port ${port} is taken on ${host}: this run uses ${chosen}`);
+  };
+  await move('API', 'PORT', usual.HOST, usual.PORT, String);
+  const temporal = splitHostPort(usual.TEMPORAL_ADDRESS);
+  await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
+  const ui = new URL(usual.TEMPORAL_UI_URL);
+  await move('Temporal UI', 'TEMPORAL_UI_URL', ui.hostname, Number(ui.port || '80'), (p) => `http://${joinHostPort(ui.hostname, p)}`);
+  if (usual.DNS_BACKEND === 'powerdns' && !usual.POWERDNS_API_KEY && !(await ownPowerDnsAnswers(usual))) {
+    const api = new URL(usual.POWERDNS_API_URL);
+    await move('PowerDNS API', 'POWERDNS_API_URL', api.hostname, Number(api.port || '80'), (p) => `http://${joinHostPort(api.hostname, p)}`);
+    const dns = splitHostPort(usual.DNS_SERVER_ADDRESS);
+    await move('PowerDNS DNS', 'DNS_SERVER_ADDRESS', dns.host, dns.port, (p) => joinHostPort(dns.host, p), { udp: true });
+  }
+  config = loadConfig(env);
+  return moved;
+}
+
+/** Whether a PowerDNS with this data directory's key (this checkout's, left from an earlier run) answers. */
+async function ownPowerDnsAnswers(cfg: Config): Promise<boolean> {
+  const pdnsDir = path.resolve(root, cfg.POWERDNS_DATA_DIR);
+  return existsSync(path.join(pdnsDir, 'api-key')) && PowerDnsServer.answers(cfg.POWERDNS_API_URL, readApiKey(pdnsDir));
+}
 
 function portOpen(hostPort: string): Promise<boolean> {
   const [host, port] = hostPort.split(':');
@@ -97,7 +142,7 @@ async function startPowerDns(): Promise<string> {
   if (config.POWERDNS_API_KEY) return `PowerDNS at ${config.POWERDNS_API_URL} (POWERDNS_API_KEY given; not started here)`;
   const pdnsDir = path.resolve(root, config.POWERDNS_DATA_DIR);
   const api = new URL(config.POWERDNS_API_URL);
-  if (existsSync(path.join(pdnsDir, 'api-key')) && (await PowerDnsServer.answers(config.POWERDNS_API_URL, readApiKey(pdnsDir)))) {
+  if (await ownPowerDnsAnswers(config)) {
     console.log(`PowerDNS already answers at ${config.POWERDNS_API_URL}; using it`);
   } else {
     powerDns = await PowerDnsServer.start({
@@ -140,17 +185,44 @@ async function startDemoBackends(): Promise<Array<{ ip: string; port: number; we
   return backends;
 }
 
+/**
+ * The servers this run's seed and worker started: balancers' HAProxy and the database instances are
+ * daemons, made to outlive the API and the worker (in production they do), so a local run stops
+ * them itself, through their providers, once the worker is gone. Their files stay: the next
+ * `npm start` brings them back. PowerDNS goes too when this run started it.
+ */
+async function stopServers(): Promise<void> {
+  const steps: Array<[string, () => Promise<void>]> = [
+    [
+      'load balancers',
+      async () =>
+        config.LB_BACKEND === 'haproxy' ? new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).stopAll() : undefined,
+    ],
+    [
+      'database instances',
+      async () =>
+        config.DBAAS_BACKEND === 'instances'
+          ? new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE }).stopServers()
+          : undefined,
+    ],
+    ['PowerDNS', async () => powerDns?.stop()],
+  ];
+  for (const [what, step] of steps) {
+    await step().catch((err: unknown) => console.error(`stopping ${what} failed: ${(err as Error).message}`));
+  }
+}
+
 let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  console.log('\nstopping API, worker, Temporal and PowerDNS...');
-  // API and worker first (they drain), Temporal last.
+  console.log('\nstopping API, worker, Temporal, load balancers, database instances and PowerDNS...');
+  // API and worker first (they drain, and the worker's keepers would start the servers again), Temporal last.
   for (const child of [...children].reverse()) {
     if (child.exitCode === null) child.kill('SIGTERM');
     await new Promise((resolve) => (child.exitCode !== null ? resolve(null) : child.once('exit', resolve)));
   }
-  await powerDns?.stop();
+  await stopServers();
   process.exit(code);
 }
 
@@ -159,6 +231,7 @@ async function main() {
   process.on('SIGINT', () => void stop(0));
   process.on('SIGTERM', () => void stop(0));
 
+  const moved = await chooseLocalSettings();
   const db = createDb(config.DATABASE_URL);
   await db.migrate.latest();
   const passwords = demoPasswords();
@@ -225,6 +298,8 @@ async function main() {
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
   DNS          ${dnsNote}
+  Servers      balancers in ${config.LB_BIND_ADDRESS}, database instances in ${config.DBAAS_ADDRESS_RANGE}
+               data in ${path.dirname(path.resolve(config.LB_DATA_DIR))}${moved.map((line) => `\n  Moved        ${line}`).join('')}
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
                dev@example.test   / ${passwords.dev}   (narrower scopes and services)

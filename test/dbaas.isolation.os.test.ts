@@ -242,6 +242,24 @@ describe.skipIf(!isolatedAccounts()).each<DbEngine>(['postgresql', 'mysql'])(
       }
     });
 
+    it("does not take another instance's server for its own through a forged pidfile, nor stop it", async () => {
+      if (engine !== 'mysql') return; // PostgreSQL is stopped by pg_ctl, run as the instance's own account
+      const pidfile = path.join(instancePaths(root, 'alpha').run, 'mariadbd.pid');
+      const own = await fs.readFile(pidfile, 'utf8');
+      const bravo = (await pidOf('bravo'))!;
+      // What code running as alpha's server could write in its own run directory.
+      const forged = await runAs(await accountOf('alpha'), ['sh', '-c', `echo ${bravo} > ${pidfile}`]);
+      expect(forged.ok).toBe(true);
+      try {
+        await provider.stopInstance('alpha');
+        expect(process.kill(bravo, 0)).toBe(true);
+        expect((await provider.status('bravo')).state).toBe('running');
+      } finally {
+        await fs.writeFile(pidfile, own);
+        await provider.startInstance('alpha');
+      }
+    });
+
     it('runs a server only as its own account: a record naming another account is refused', async () => {
       const file = instancePaths(root, 'alpha').record;
       const original = await fs.readFile(file, 'utf8');

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -35,6 +35,22 @@ describe.runIf(isolatedAccounts())('OS accounts of tenant servers', () => {
       rmSync(dir, { recursive: true, force: true });
     }
     expect(await lookupAccount(name)).toBeNull();
+  });
+
+  it('removes what the account left in the shared writable directories, so a reused uid inherits nothing', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'cloud-acct-'));
+    const name = accountNameFor('db', dir, 'leftovers');
+    const left = [path.join('/dev/shm', `PostgreSQL.${process.pid}`), path.join(tmpdir(), `cloud-left-${process.pid}`)];
+    try {
+      await ensureAccount(name, { purpose: 'test', dataDir: dir });
+      for (const file of left) execFileSync('runuser', ['-u', name, '--', 'touch', file]);
+      await removeAccount(name);
+      for (const file of left) expect(existsSync(file)).toBe(false);
+    } finally {
+      for (const file of left) rmSync(file, { force: true });
+      await removeAccount(name);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('reaps the accounts whose data directory is gone, and only those', async () => {

@@ -28,7 +28,7 @@ import type {
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError, isBackendError } from '../errors';
 import { hostAddress, hostCount, parseIpv4Range, type Ipv4Range } from '../../common/ipv4-range';
 import { accountNameFor, ensureAccount, isolatedAccounts, removeAccount } from '../os-accounts';
-import { instanceAddress, instancePaths, type EngineDriver, type Instance, type InstancePaths, type InstanceRecord } from './engine';
+import { instanceAddress, instancePaths, instanceUnavailable, type EngineDriver, type Instance, type InstancePaths, type InstanceRecord } from './engine';
 import { MariaDbEngine } from './mariadb.engine';
 import { PostgresEngine } from './postgresql.engine';
 import {
@@ -43,6 +43,7 @@ import {
   withFileLock,
   type Account,
 } from './system';
+import { ensureReachable, makeDirectory, readTenantFile, TenantFileError } from '../local-server';
 import { ensureCertificateAuthority, issueServerCertificate, readCaCertificate } from './tls';
 
 const BACKEND = 'dbaas';
@@ -83,7 +84,7 @@ const DUMP_SCRIPT = '"$@" > "$DUMP_PARTIAL" 2> "$DUMP_ERRORS" && mv "$DUMP_PARTI
 
 function unavailable(err: unknown, instance: string): never {
   if (isBackendError(err)) throw err;
-  if (err instanceof CommandError) throw new BackendUnavailableError(BACKEND, `instance ${instance}: ${err.message}`);
+  if (err instanceof CommandError) throw instanceUnavailable(BACKEND, instance, err.message);
   throw err;
 }
 
@@ -109,9 +110,8 @@ export class DbInstancesAdapter implements DbaasProvider {
 
   private async ensureRoot(): Promise<void> {
     // Traversable (not listable) by the servers' accounts, which own their instance directories.
-    await fs.mkdir(path.join(this.root, 'instances'), { recursive: true, mode: 0o711 });
+    await makeDirectory(path.join(this.root, 'instances'), 0o711);
     await fs.chmod(this.root, 0o711);
-    await fs.chmod(path.join(this.root, 'instances'), 0o711);
   }
 
   private async readRecord(paths: InstancePaths): Promise<InstanceRecord | null> {
@@ -194,7 +194,7 @@ export class DbInstancesAdapter implements DbaasProvider {
   /** The instance, which must be answering: a server that is down or starting is unavailable. */
   private async answering(id: string): Promise<{ inst: Instance; driver: EngineDriver }> {
     const loaded = await this.load(id);
-    if (!(await loaded.driver.isRunning(loaded.inst))) throw new BackendUnavailableError(BACKEND, `instance ${id} is not running`);
+    if (!(await loaded.driver.isRunning(loaded.inst))) throw instanceUnavailable(BACKEND, id, 'not running');
     return loaded;
   }
 
@@ -223,6 +223,12 @@ export class DbInstancesAdapter implements DbaasProvider {
           // Its own account (without root: this process's), recorded so every process uses the same.
           const account = await ensureAccount(this.accountName(spec.name), { purpose: `DBaaS instance ${spec.name}`, dataDir: paths.dir });
           await this.makeInstanceDir(paths, account);
+          // Said plainly before initdb or mariadb-install-db would fail on it with some unrelated line.
+          try {
+            ensureReachable(paths.dir, account, { server: `DBaaS instance ${spec.name}`, setting: 'DBAAS_DATA_DIR' });
+          } catch (err) {
+            throw new BackendUnavailableError(BACKEND, (err as Error).message);
+          }
           const address = await this.reserveAddress(paths);
           rec = {
             name: spec.name,
@@ -294,7 +300,9 @@ export class DbInstancesAdapter implements DbaasProvider {
         // An instance with its own account: dropAccount ends its dumps with everything else it runs.
         if (!rec.account) {
           for (const meta of await this.backupMetas(inst)) {
-            if (meta.pid && (await processAlive(meta.pid, backupMarker(meta.id)))) process.kill(meta.pid, 'SIGTERM');
+            // Only the dump's own shell, running as the instance's account (the metadata is the account's to write).
+            const uid = (await this.engines[rec.engine].account(inst)).uid;
+            if (meta.pid && (await processAlive(meta.pid, backupMarker(meta.id), { uid }))) process.kill(meta.pid, 'SIGTERM');
           }
         }
       }
@@ -325,6 +333,18 @@ export class DbInstancesAdapter implements DbaasProvider {
       }
     }
     return { started, failed };
+  }
+
+  /**
+   * Stops every instance's server, keeping what each should be doing (`desired`): the end of a local
+   * run (scripts/dev.ts), whose next start resumes them through the seed and the keeper. Not part of
+   * DbaasProvider: in production instances outlive the control plane.
+   */
+  async stopServers(): Promise<void> {
+    for (const name of await this.instanceNames()) {
+      const { inst, driver } = await this.load(name);
+      await withFileLock(inst.paths.lock, () => driver.stop(inst));
+    }
   }
 
   /** Names of the instances on this machine. */
@@ -430,9 +450,10 @@ export class DbInstancesAdapter implements DbaasProvider {
     const { inst, driver } = await this.load(id);
     const file = driver.logFile(inst);
     if (!(await exists(file))) return [];
-    const tail = await tailLines(file, (ls) => driver.parseLog(ls).length > lines).catch((err: NodeJS.ErrnoException) => {
-      // The server's account replaced its log with a link (tailLines never follows one): nothing to show.
-      if (err.code === 'ELOOP') return null;
+    const tail = await tailLines(file, (ls) => driver.parseLog(ls).length > lines).catch((err: unknown) => {
+      // The server's account replaced its log with a link, a FIFO or a hard link (never followed,
+      // never waited on): nothing to show.
+      if (err instanceof TenantFileError) return null;
       throw err;
     });
     if (!tail) return [];
@@ -454,9 +475,15 @@ export class DbInstancesAdapter implements DbaasProvider {
     for (const f of files) {
       if (!f.endsWith('.json')) continue;
       try {
-        metas.push(JSON.parse(await fs.readFile(path.join(inst.paths.backups, f), 'utf8')) as BackupMeta);
+        // The backups directory is the server account's: a tenant file (no link, FIFO or huge file),
+        // and only metadata whose id is a backup id and names its own file counts (an id such as
+        // `../../x` would make backupOf look at a file elsewhere).
+        const meta = JSON.parse(await readTenantFile(path.join(inst.paths.backups, f), 64 * 1024)) as BackupMeta;
+        if (typeof meta.id !== 'string' || !BACKUP_ID_PATTERN.test(meta.id) || f !== `${meta.id}.json`) continue;
+        if (meta.pid !== null && !Number.isInteger(meta.pid)) continue;
+        metas.push(meta);
       } catch {
-        // a metadata file being written right now
+        // a metadata file being written right now, or not one of ours
       }
     }
     return metas;

@@ -124,6 +124,14 @@ export const instanceAddress = (rec: InstanceRecord): string => rec.address ?? L
 export const LEGACY_ADDRESS = '127.0.0.1';
 
 /**
+ * A customer's instance that does not answer: `503 backend_unavailable` naming that instance (never
+ * the control plane's own database, whose failures look alike: db/errors.ts). `why` is for the logs.
+ */
+export function instanceUnavailable(backend: string, instance: string, why: string): BackendUnavailableError {
+  return new BackendUnavailableError(backend, `instance ${instance}: ${why}`, `database instance ${instance}`);
+}
+
+/**
  * The account an instance's server runs as: its own, named in its record; for an instance from
  * before, the engine's shared system account (`shared`). Without root, this process's account.
  */

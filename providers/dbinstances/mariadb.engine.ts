@@ -29,8 +29,18 @@ import path from 'node:path';
 import mysql from 'mysql2/promise';
 import type { DbDatabase, DbLogEntry, DbLogLevel, DbStats, DbUser, DbUserRef, NewDbDatabase } from '../dbaas.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
-import { DB_NAME_PATTERN } from '../dbaas.names';
-import { groupLogLines, instanceAccount, instanceAddress, num, type DumpCommand, type EngineDriver, type Instance, type ServerVitals } from './engine';
+import { isConnectionFailure } from '../../db/errors';
+import {
+  groupLogLines,
+  instanceAccount,
+  instanceAddress,
+  instanceUnavailable,
+  num,
+  type DumpCommand,
+  type EngineDriver,
+  type Instance,
+  type ServerVitals,
+} from './engine';
 import { mysqlNativePasswordHash } from './password-verifiers';
 import {
   CommandError,
@@ -45,6 +55,7 @@ import {
   waitFor,
   type Account,
 } from './system';
+import { readTenantFile, requireBinary, stopProcess } from '../local-server';
 
 const BACKEND = 'dbaas';
 const SYSTEM_DATABASES = ['mysql', 'information_schema', 'performance_schema', 'sys'];
@@ -52,17 +63,9 @@ const CONNECT_TIMEOUT_MS = 5_000;
 const START_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 60_000;
 
-/** Where Debian puts the server and its tools. */
-const SEARCH_PATH = ['/usr/sbin', '/usr/bin', '/usr/local/sbin', '/usr/local/bin'];
-
+/** The server or tool of `names` (the local-server kit's install check names scripts/install/dbaas.sh when missing). */
 async function findBinary(...names: string[]): Promise<string> {
-  for (const dir of [...SEARCH_PATH, ...(process.env.PATH ?? '').split(':').filter(Boolean)]) {
-    for (const name of names) {
-      const candidate = path.join(dir, name);
-      if (await exists(candidate)) return candidate;
-    }
-  }
-  throw new Error(`${names[0]} is not installed (scripts/install/dbaas.sh installs mariadb-server)`);
+  return requireBinary(names, { what: 'MariaDB (mariadb-server)', script: 'scripts/install/dbaas.sh' });
 }
 
 const UNAVAILABLE_CODES = new Set([
@@ -77,11 +80,15 @@ const UNAVAILABLE_CODES = new Set([
   'ER_SERVER_IS_IN_SECURE_AUTH_MODE',
 ]);
 
-function mapError(err: unknown, instance: string): Error {
+export function mapError(err: unknown, instance: string): Error {
   if (err instanceof BackendGoneError || err instanceof BackendRefusedError || err instanceof BackendUnavailableError) return err;
   const e = err as { code?: string; message?: string; fatal?: boolean };
-  if ((e.code && UNAVAILABLE_CODES.has(e.code)) || /connect ECONNREFUSED|Connection lost/i.test(e.message ?? ''))
-    return new BackendUnavailableError(BACKEND, `instance ${instance}: ${e.code ?? 'connection failed'}`);
+  if (
+    (e.code && UNAVAILABLE_CODES.has(e.code)) ||
+    isConnectionFailure(err) ||
+    /connect ECONNREFUSED|Connection lost|closed state|socket has unexpectedly been closed/i.test(e.message ?? '')
+  )
+    return instanceUnavailable(BACKEND, instance, e.code ?? 'connection failed');
   // A new error without the driver's `sql` property: a statement that sets a password must not travel on.
   return new Error(`mariadb instance ${instance}: ${e.code ?? ''} ${e.message ?? String(err)}`.trim());
 }
@@ -176,9 +183,20 @@ export class MariaDbEngine implements EngineDriver {
     await run(await findBinary('mariadb-install-db', 'mysql_install_db'), args, { env: { ...process.env, TZ: 'UTC' }, cwd: paths.dir });
   }
 
+  /**
+   * The server of this instance and no other: its pidfile is in a directory the instance's account
+   * writes, so the pid it names counts only when that process runs as the account with this
+   * instance's configuration (a tenant must not get another tenant's server stopped through it).
+   */
+  private async isOurs(inst: Instance, pid: number): Promise<boolean> {
+    const defaults = `--defaults-file=${this.cnf(inst)}`;
+    const uid = runningAsRoot() ? (await this.account(inst)).uid : undefined;
+    return processAlive(pid, (args) => args.includes(defaults), { uid });
+  }
+
   async isRunning(inst: Instance): Promise<boolean> {
     const pid = await readPidFile(this.pidFile(inst));
-    return pid !== null && processAlive(pid, 'mariadbd');
+    return pid !== null && this.isOurs(inst, pid);
   }
 
   private async answers(inst: Instance): Promise<boolean> {
@@ -203,7 +221,7 @@ export class MariaDbEngine implements EngineDriver {
     let exited = false;
     const ready = await waitFor(
       async () => {
-        if (!(await processAlive(pid, 'mariadbd'))) {
+        if (!(await this.isOurs(inst, pid))) {
           exited = true;
           return true;
         }
@@ -213,7 +231,7 @@ export class MariaDbEngine implements EngineDriver {
       100,
     );
     if (!ready || exited) {
-      const tail = await fs.readFile(this.logFile(inst), 'utf8').catch(() => '');
+      const tail = await readTenantFile(this.logFile(inst), 4 * 1024 * 1024).catch(() => '');
       const lastError = tail
         .trim()
         .split('\n')
@@ -226,13 +244,10 @@ export class MariaDbEngine implements EngineDriver {
 
   async stop(inst: Instance): Promise<void> {
     const pid = await readPidFile(this.pidFile(inst));
-    if (pid === null || !(await processAlive(pid, 'mariadbd'))) return;
+    if (pid === null || !(await this.isOurs(inst, pid))) return;
     // SIGTERM is a normal shutdown: every connection is closed, InnoDB flushes.
-    process.kill(pid, 'SIGTERM');
-    if (!(await waitFor(async () => !(await processAlive(pid, 'mariadbd')), STOP_TIMEOUT_MS, 100))) {
-      process.kill(pid, 'SIGKILL');
-      await waitFor(async () => !(await processAlive(pid, 'mariadbd')), 10_000, 100);
-    }
+    const uid = runningAsRoot() ? (await this.account(inst)).uid : undefined;
+    await stopProcess(pid, (args) => args.includes(`--defaults-file=${this.cnf(inst)}`), STOP_TIMEOUT_MS, { uid });
     // The socket file goes with the server; wait for it so a start right after binds cleanly.
     await waitFor(async () => !(await exists(this.socket(inst))), 5_000, 50);
   }
@@ -526,15 +541,11 @@ export class MariaDbEngine implements EngineDriver {
   }
 
   async dumpCommand(inst: Instance): Promise<DumpCommand> {
-    const names = (await this.listDatabases(inst)).map((d) => d.name);
-    // Only names the API could have made; anything else was made around it (by SQL with broader
-    // rights than customers now have) and is left out, said in the process's warnings.
-    const databases = names.filter((n) => DB_NAME_PATTERN.test(n));
-    const skipped = names.filter((n) => !DB_NAME_PATTERN.test(n));
-    if (skipped.length)
-      process.emitWarning(`dbaas instance ${inst.rec.name}: databases left out of the dump (names the API does not make): ${JSON.stringify(skipped)}`, {
-        code: 'DBAAS_DUMP_SKIPPED',
-      });
+    // Every customer database, whatever its name: one made around the API (by SQL, with the broader
+    // rights admins had before) is the tenant's data too, and a backup that left it out while saying
+    // `completed` would lose it. After `--` a name is only ever a name (`--all-databases`,
+    // `--socket=...` included), never an option.
+    const databases = (await this.listDatabases(inst)).map((d) => d.name);
     // Users as CREATE USER IF NOT EXISTS (--insert-ignore), so the dump replays into a fresh server.
     const args = [
       `--socket=${this.socket(inst)}`,

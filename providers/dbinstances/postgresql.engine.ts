@@ -21,7 +21,18 @@ import path from 'node:path';
 import pg from 'pg';
 import type { DbDatabase, DbLogEntry, DbLogLevel, DbStats, DbUser, DbUserRef, NewDbDatabase } from '../dbaas.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
-import { groupLogLines, instanceAccount, instanceAddress, num, type DumpCommand, type EngineDriver, type Instance, type ServerVitals } from './engine';
+import { isConnectionFailure } from '../../db/errors';
+import {
+  groupLogLines,
+  instanceAccount,
+  instanceAddress,
+  instanceUnavailable,
+  num,
+  type DumpCommand,
+  type EngineDriver,
+  type Instance,
+  type ServerVitals,
+} from './engine';
 import { scramSha256Verifier } from './password-verifiers';
 import { chownTree, currentAccount, ownedDirectory, processAlive, readPidFile, run, runningAsRoot, type Account } from './system';
 
@@ -58,11 +69,15 @@ const literal = (value: string) => pg.escapeLiteral(value);
 /** Connection-level failures: the server is down, starting, stopping or out of slots. */
 const UNAVAILABLE_CODES = new Set(['ENOENT', 'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03', '53300']);
 
-function mapError(err: unknown, instance: string): Error {
+export function mapError(err: unknown, instance: string): Error {
   if (err instanceof BackendGoneError || err instanceof BackendRefusedError || err instanceof BackendUnavailableError) return err;
   const e = err as { code?: string; message?: string };
-  if ((e.code && UNAVAILABLE_CODES.has(e.code)) || /Connection terminated|timeout expired|connect ECONNREFUSED/i.test(e.message ?? ''))
-    return new BackendUnavailableError(BACKEND, `instance ${instance}: ${e.code ?? 'connection failed'}`);
+  if (
+    (e.code && UNAVAILABLE_CODES.has(e.code)) ||
+    isConnectionFailure(err) ||
+    /Connection terminated|timeout expired|connect ECONNREFUSED/i.test(e.message ?? '')
+  )
+    return instanceUnavailable(BACKEND, instance, e.code ?? 'connection failed');
   // Anything else is unexpected: keep the engine's words (no query text is in them) for the log.
   return new Error(`postgresql instance ${instance}: ${e.code ?? ''} ${e.message ?? String(err)}`.trim());
 }

@@ -10,6 +10,7 @@ import {
   cliCommand,
   defaultHaproxyBinary,
   isMasterOf,
+  masterOf,
   parseShowProc,
   parseShowStat,
   probeBind,
@@ -19,6 +20,7 @@ import {
   startMaster,
   type ProcState,
 } from './haproxy.process';
+import { LocalServerError, makeDirectory, stopProcess } from '../local-server';
 
 const BACKEND = 'lb';
 
@@ -137,7 +139,7 @@ export class HaproxyLbProvider implements LbProvider {
   async create(serviceId: number, listeners: LbListener[] = []): Promise<BalancerStatus> {
     const p = this.paths(serviceId);
     if (p.masterSocket.length > MAX_SOCKET_PATH) throw new Error(`LB data directory ${this.options.dataDir} is too deep for a unix socket path`);
-    await mkdir(p.dir, { recursive: true, mode: 0o700 });
+    await makeDirectory(p.dir, 0o700);
     return this.exclusive(serviceId, async () => {
       const existing = await this.readMeta(p);
       if (existing) {
@@ -241,6 +243,18 @@ export class HaproxyLbProvider implements LbProvider {
     });
   }
 
+  /**
+   * Stops every balancer's HAProxy under the data directory, keeping its files: the end of a local
+   * run (scripts/dev.ts), whose next start brings them back through the seed and the keeper. Not
+   * part of LbProvider: in production balancers outlive the control plane.
+   */
+  async stopAll(): Promise<void> {
+    for (const entry of await readdir(this.options.dataDir).catch(() => [] as string[])) {
+      const id = /^svc-(\d+)$/.exec(entry);
+      if (id) await this.stop(Number(id[1]));
+    }
+  }
+
   /** Destroys every balancer under the data directory (a test stack's teardown; not part of LbProvider). */
   async destroyAll(): Promise<void> {
     const entries = await readdir(this.options.dataDir).catch(() => [] as string[]);
@@ -282,7 +296,7 @@ export class HaproxyLbProvider implements LbProvider {
       result = await checkConfig(this.bin, target);
     } catch (err) {
       await rm(target, { force: true });
-      throw new BackendUnavailableError(BACKEND, `haproxy cannot be run: ${(err as Error).message}`);
+      throw new BackendUnavailableError(BACKEND, haproxyMissing(this.bin, err));
     }
     if (!result.ok) {
       await rm(target, { force: true });
@@ -406,7 +420,7 @@ export class HaproxyLbProvider implements LbProvider {
     try {
       result = await startMaster(this.bin, { config: p.config, pidfile: p.pidfile, masterSocket: p.masterSocket });
     } catch (err) {
-      throw new BackendUnavailableError(BACKEND, `haproxy cannot be run: ${(err as Error).message}`);
+      throw new BackendUnavailableError(BACKEND, haproxyMissing(this.bin, err));
     }
     if (!result.ok) {
       const inUse = /cannot bind socket|Address already in use/i.test(result.output);
@@ -475,10 +489,7 @@ export class HaproxyLbProvider implements LbProvider {
   private async stopProcess(p: Paths): Promise<void> {
     const pid = await this.masterPid(p);
     if (pid === null) return;
-    process.kill(pid, 'SIGTERM');
-    const deadline = Date.now() + 5_000;
-    while (processExists(pid) && (await isMasterOf(pid, p.config)) && Date.now() < deadline) await sleep(20);
-    if (processExists(pid) && (await isMasterOf(pid, p.config))) process.kill(pid, 'SIGKILL');
+    await stopProcess(pid, masterOf(p.config));
     await rm(p.pidfile, { force: true });
   }
 
@@ -546,7 +557,7 @@ export class HaproxyLbProvider implements LbProvider {
   }
 
   private async withLockFile<T>(p: Paths, fn: () => Promise<T>): Promise<T> {
-    await mkdir(p.dir, { recursive: true, mode: 0o700 });
+    await makeDirectory(p.dir, 0o700);
     const deadline = Date.now() + 30_000;
     for (;;) {
       try {
@@ -571,6 +582,12 @@ export class HaproxyLbProvider implements LbProvider {
       await unlink(p.lock).catch(() => undefined);
     }
   }
+}
+
+/** What a failure to run the binary means: usually that HAProxy is not installed (the kit's install check says how to fix it). */
+function haproxyMissing(bin: string, err: unknown): string {
+  if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return `haproxy cannot be run: ${(err as Error).message}`;
+  return new LocalServerError(`${bin} is missing: HAProxy is not installed`, 'run bash scripts/install/haproxy.sh (as root)').message;
 }
 
 function refused(param: string, message: string): BackendRefusedError {

@@ -1,7 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import net from 'node:net';
+import { findBinary, probeBind, processAlive, processExists, readPidFile, sleep } from '../local-server';
 
 /**
  * The HAProxy processes themselves: checking a configuration, starting a master-worker daemon,
@@ -10,7 +9,7 @@ import net from 'node:net';
 
 /** Debian installs haproxy in /usr/sbin, which is not on every user's PATH. */
 export function defaultHaproxyBinary(): string {
-  return existsSync('/usr/sbin/haproxy') ? '/usr/sbin/haproxy' : 'haproxy';
+  return findBinary('haproxy') ?? 'haproxy';
 }
 
 export interface CheckResult {
@@ -106,57 +105,28 @@ export function parseShowProc(text: string): ProcState | null {
   return { masterPid: Number(master[1]), reloads: Number(master[2]), failedReloads: Number(master[3]), workers };
 }
 
-export async function readPid(pidfile: string): Promise<number | null> {
-  try {
-    const pid = Number((await readFile(pidfile, 'utf8')).trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
-  }
-}
+/** The master's pid from its pidfile (HAProxy writes it; the kit reads it). */
+export const readPid = readPidFile;
+
+/** The arguments of an HAProxy master running `configPath`. */
+export const masterOf =
+  (configPath: string) =>
+  (args: string[]): boolean =>
+    args.some((a) => a.includes('haproxy')) && args.includes(configPath);
 
 /**
  * True when `pid` is an HAProxy master running `configPath`: after a reboot the pidfile may name an
  * unrelated process, and a zombie (a master whose parent did not reap it) runs nothing.
  */
-export async function isMasterOf(pid: number, configPath: string): Promise<boolean> {
-  try {
-    const [cmdline, stat] = await Promise.all([readFile(`/proc/${pid}/cmdline`, 'utf8'), readFile(`/proc/${pid}/stat`, 'utf8')]);
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    if (state === 'Z' || state === 'X') return false;
-    const args = cmdline.split('\0');
-    return args.some((a) => a.includes('haproxy')) && args.includes(configPath);
-  } catch {
-    return false;
-  }
+export function isMasterOf(pid: number, configPath: string): Promise<boolean> {
+  return processAlive(pid, masterOf(configPath));
 }
-
-export function processExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
  * Whether `address:port` can be bound now. HAProxy would only find out while reloading, after the
  * configuration was already switched, so the adapter asks first.
  */
-export function probeBind(address: string, port: number): Promise<'free' | 'in_use' | 'not_permitted' | 'no_address'> {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.once('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EADDRINUSE') resolve('in_use');
-      else if (err.code === 'EACCES' || err.code === 'EPERM') resolve('not_permitted');
-      else resolve('no_address');
-    });
-    server.listen({ host: address, port, exclusive: true }, () => server.close(() => resolve('free')));
-  });
-}
+export { probeBind, processExists, sleep };
 
 /** Parses `show stat` CSV into rows keyed by column name. */
 export function parseShowStat(text: string): Array<Record<string, string>> {

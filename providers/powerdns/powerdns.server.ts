@@ -1,9 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createSocket } from 'node:dgram';
 import { chmodSync, chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import path from 'node:path';
+import { ensureReachable, freePort, joinHostPort, makeDirectory, requireBinary, requireFile, splitHostPort } from '../local-server';
 import { accountNameFor, ensureAccount, isolatedAccounts, lookupAccount, type OsAccount } from '../os-accounts';
 
 /**
@@ -20,6 +19,9 @@ import { accountNameFor, ensureAccount, isolatedAccounts, lookupAccount, type Os
  */
 export const PDNS_BINARY = '/usr/sbin/pdns_server';
 export const PDNS_SQLITE_SCHEMA = '/usr/share/pdns-backend-sqlite3/schema/schema.sqlite3.sql';
+
+const INSTALL = { what: 'PowerDNS (pdns-server)', script: 'scripts/install/powerdns.sh' };
+const INSTALL_SQLITE = { what: "PowerDNS's SQLite backend (pdns-backend-sqlite3, sqlite3)", script: 'scripts/install/powerdns.sh' };
 
 /** The account Debian's pdns-server package makes for its own service; the local server drops to it too. */
 export const PDNS_ACCOUNT = 'pdns';
@@ -40,35 +42,7 @@ export interface PowerDnsServerOptions {
   startTimeoutMs?: number;
 }
 
-export function splitHostPort(address: string): { host: string; port: number } {
-  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(address.trim());
-  if (!m || Number(m[2]) > 65535) throw new Error(`"${address}" is not host:port`);
-  return { host: m[1], port: Number(m[2]) };
-}
-
-const joinHostPort = (host: string, port: number) => (host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`);
-
-/** A port free on `host` for TCP and, when asked, UDP too (DNS listens on both). */
-export async function freePort(host: string, { udp }: { udp: boolean }): Promise<number> {
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const port = await new Promise<number>((resolve, reject) => {
-      const server = createServer();
-      server.once('error', reject);
-      server.listen(0, host, () => {
-        const { port: p } = server.address() as { port: number };
-        server.close(() => resolve(p));
-      });
-    });
-    if (!udp) return port;
-    const free = await new Promise<boolean>((resolve) => {
-      const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
-      socket.once('error', () => resolve(false));
-      socket.bind(port, host, () => socket.close(() => resolve(true)));
-    });
-    if (free) return port;
-  }
-  throw new Error(`no free port found on ${host}`);
-}
+export { freePort, splitHostPort };
 
 /**
  * The API key of this data directory: generated once (32 random bytes) and kept in `api-key`, mode
@@ -135,7 +109,8 @@ function prepareDataDir(dataDir: string, dbDir: string, account: OsAccount | nul
 /** Creates the SQLite database from the backend package's schema, once (as the account that will write it). */
 function ensureDatabase(dbFile: string, schemaFile: string, account: OsAccount | null): void {
   if (existsSync(dbFile)) return;
-  if (!existsSync(schemaFile)) throw new Error(`${schemaFile} is missing: install pdns-backend-sqlite3 (scripts/install/powerdns.sh)`);
+  requireFile(schemaFile, INSTALL_SQLITE);
+  requireBinary('sqlite3', INSTALL_SQLITE);
   const partial = `${dbFile}.partial`;
   rmSync(partial, { force: true });
   const result = spawnSync('sqlite3', [partial], {
@@ -231,7 +206,13 @@ export class PowerDnsServer {
   static async start(options: PowerDnsServerOptions): Promise<PowerDnsServer> {
     const dataDir = path.resolve(options.dataDir);
     const dbDir = path.join(dataDir, 'db');
+    const binary = requireBinary(options.binary ?? PDNS_BINARY, INSTALL);
     const account = await powerDnsAccount(dataDir);
+    await makeDirectory(dataDir, 0o700);
+    // The server opens its database after dropping to the account: a data directory out of its
+    // reach would only show as "unable to open database file". (prepareDataDir opens the data
+    // directory itself to the account; the way to it must be open already.)
+    if (account) ensureReachable(path.dirname(dataDir), account, { server: 'PowerDNS', setting: 'POWERDNS_DATA_DIR' });
     prepareDataDir(dataDir, dbDir, account);
     const apiKey = ensureApiKey(dataDir);
     const dbFile = path.join(dbDir, 'pdns.sqlite3');
@@ -246,8 +227,6 @@ export class PowerDnsServer {
     writeFileSync(confFile, configText({ dataDir, dbFile, dns: joinHostPort(dns.host, dns.port), api, apiKey, account }), { mode: 0o600 });
     chmodSync(confFile, 0o600);
 
-    const binary = options.binary ?? PDNS_BINARY;
-    if (!existsSync(binary)) throw new Error(`${binary} is missing: install pdns-server (scripts/install/powerdns.sh)`);
     const child = spawn(binary, [`--config-dir=${dataDir}`], { stdio: ['ignore', 'pipe', 'pipe'] });
     const apiUrl = `http://${joinHostPort(api.host, api.port)}`;
     const server = new PowerDnsServer(child, apiUrl, apiKey, dns.host, dns.port, account, options.log);

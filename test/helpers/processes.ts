@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { inject } from 'vitest';
-import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../../domain/temporal';
+import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../../infra/temporal';
 
 /**
  * Real processes for fault tests: a private PostgreSQL cluster, a Temporal dev server on a database

@@ -1,0 +1,235 @@
+/**
+ * Processes of local servers: commands run to completion or started detached, liveness by pidfile
+ * (guarded against a reused pid), stopping by pid, waiting, and a lock file shared by the processes
+ * that manage the same server (the API and the worker). Nothing here ever receives a password:
+ * secrets go to the servers over their sockets.
+ */
+import { spawn } from 'node:child_process';
+import { constants as fsConstants, promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { OsAccount } from '../os-accounts';
+import { openTenantFile, readTenantFile } from './tenant-files';
+
+export const runningAsRoot = (): boolean => process.getuid?.() === 0;
+
+export interface RunOptions {
+  /** The account to run as (only when this process is root; otherwise it runs as this process). */
+  as?: OsAccount;
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  timeoutMs?: number;
+  /**
+   * In its own session: whatever it leaves running (pg_ctl's postmaster) is not in this process's
+   * group, so a Ctrl-C on the API or worker does not reach it.
+   */
+  detached?: boolean;
+}
+
+/** A command that exited non-zero; `detail` is the end of its output (never holds a secret: none is passed). */
+export class CommandError extends Error {
+  constructor(
+    readonly command: string,
+    readonly exitCode: number | null,
+    readonly detail: string,
+  ) {
+    super(`${command} failed (${exitCode ?? 'killed'}): ${detail}`);
+    this.name = 'CommandError';
+  }
+}
+
+const asIds = (as?: OsAccount) => (as && runningAsRoot() && as.uid !== 0 ? { uid: as.uid, gid: as.gid } : {});
+const MAX_OUTPUT = 16 * 1024 * 1024;
+
+/** Runs a command to completion; rejects with CommandError on a non-zero exit. */
+export function run(command: string, args: string[], opts: RunOptions = {}): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      ...asIds(opts.as),
+      env: opts.env ?? process.env,
+      cwd: opts.cwd,
+      detached: opts.detached ?? false,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let size = 0;
+    const collect = (into: Buffer[]) => (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= MAX_OUTPUT) into.push(chunk);
+    };
+    child.stdout.on('data', collect(out));
+    child.stderr.on('data', collect(err));
+    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);
+    child.once('error', (e) => {
+      clearTimeout(timer);
+      reject(new CommandError(path.basename(command), null, e.message));
+    });
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      const stdout = Buffer.concat(out).toString('utf8');
+      const stderr = Buffer.concat(err).toString('utf8');
+      if (code === 0) return resolve({ stdout, stderr });
+      const detail = `${stderr}\n${stdout}`.trim().split('\n').slice(-6).join(' | ');
+      reject(new CommandError(path.basename(command), code, detail || 'no output'));
+    });
+  });
+}
+
+/**
+ * Starts a command in its own session, detached from this process: it outlives the API or worker
+ * (and a Ctrl-C sent to their process group). Output goes to `outputFile` when given.
+ */
+export async function spawnDetached(command: string, args: string[], opts: RunOptions & { outputFile?: string } = {}): Promise<number> {
+  // The output file is in a directory the server's account writes: a link planted there must not
+  // make root open (and hand the server) another file.
+  const out = opts.outputFile ? await openTenantFile(opts.outputFile, 'append') : null;
+  try {
+    const child = spawn(command, args, {
+      ...asIds(opts.as),
+      env: opts.env ?? process.env,
+      cwd: opts.cwd,
+      detached: true,
+      stdio: ['ignore', out ? out.fd : 'ignore', out ? out.fd : 'ignore'],
+    });
+    const pid = await new Promise<number>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('spawn', () => resolve(child.pid as number));
+    });
+    child.unref();
+    return pid;
+  } finally {
+    await out?.close();
+  }
+}
+
+/** Whether a process `pid` exists (someone else's counts: EPERM). */
+export function processExists(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Whether `pid` is a live process whose command line passes `matches` (a string it contains, or a
+ * test of its arguments): a pidfile's pid may have been reused by another program since. A zombie
+ * (exited, not reaped yet) is not alive.
+ */
+export async function processAlive(pid: number, matches: string | ((args: string[]) => boolean), opts: { uid?: number } = {}): Promise<boolean> {
+  if (!processExists(pid)) return false;
+  try {
+    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    if (state === 'Z' || state === 'X') return false;
+    // A pidfile the server's account can write may name another tenant's server: with `uid`, only
+    // a process running as that account counts.
+    if (opts.uid !== undefined && processUid(await fs.readFile(`/proc/${pid}/status`, 'utf8')) !== opts.uid) return false;
+    const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8');
+    return typeof matches === 'string' ? cmdline.replace(/\0/g, ' ').includes(matches) : matches(cmdline.split('\0'));
+  } catch {
+    return false;
+  }
+}
+
+/** The real uid in a /proc/<pid>/status text. */
+function processUid(status: string): number | null {
+  const m = /^Uid:\s+(\d+)/m.exec(status);
+  return m ? Number(m[1]) : null;
+}
+
+/**
+ * The first line of a pidfile as a number, or null when there is none. Pidfiles live in directories
+ * the server's account writes: read as a tenant file (no link, no FIFO, a few bytes at most).
+ */
+export async function readPidFile(file: string): Promise<number | null> {
+  try {
+    const pid = Number((await readTenantFile(file, 64)).split('\n')[0].trim());
+    return Number.isInteger(pid) && pid > 0 ? pid : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Polls `check` until it is true (true) or `timeoutMs` passed (false). */
+export async function waitFor(check: () => Promise<boolean>, timeoutMs: number, intervalMs = 100): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return true;
+    if (Date.now() >= deadline) return false;
+    await sleep(intervalMs);
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Stops the server process `pid` (still the one `matches` recognises): SIGTERM, then SIGKILL after
+ * `graceMs`. Resolves once it is gone; a pid that is not (or no longer) the server is left alone.
+ */
+export async function stopProcess(pid: number, matches: string | ((args: string[]) => boolean), graceMs = 5_000, opts: { uid?: number } = {}): Promise<void> {
+  const alive = () => processAlive(pid, matches, opts);
+  if (!(await alive())) return;
+  process.kill(pid, 'SIGTERM');
+  if (await waitFor(async () => !(await alive()), graceMs, 20)) return;
+  if (await alive()) process.kill(pid, 'SIGKILL');
+  await waitFor(async () => !(await alive()), 10_000, 20);
+}
+
+/** Kills every process of the account (SIGKILL); none is fine. Only for a server's own account. */
+export async function killProcessesOf(account: string): Promise<void> {
+  if (!runningAsRoot()) return;
+  // pkill exits 1 when nothing matched.
+  await run('pkill', ['-KILL', '-u', account]).catch(() => undefined);
+  await waitFor(
+    async () =>
+      !(await run('pgrep', ['-u', account]).then(
+        () => true,
+        () => false,
+      )),
+    5_000,
+    50,
+  );
+}
+
+export async function exists(file: string): Promise<boolean> {
+  try {
+    await fs.access(file, fsConstants.F_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A lock held across processes (the API and the worker both manage servers): a file created
+ * exclusively, holding the owner's pid; a lock whose owner died is taken over.
+ */
+export async function withFileLock<T>(file: string, fn: () => Promise<T>, timeoutMs = 180_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  const token = `${process.pid}\n${Date.now()}-${Math.random()}`;
+  for (;;) {
+    try {
+      await fs.writeFile(file, token, { flag: 'wx', mode: 0o600 });
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const owner = await readPidFile(file);
+      if (owner !== null && owner !== process.pid && !(await processAlive(owner, ''))) {
+        await fs.rm(file, { force: true });
+        continue;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for lock ${path.basename(file)}`);
+      await sleep(50);
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    // Only remove our own lock (it may have been taken over after a very long stall).
+    const content = await fs.readFile(file, 'utf8').catch(() => null);
+    if (content === token) await fs.rm(file, { force: true });
+  }
+}
