@@ -32,6 +32,9 @@ COPY package.json package-lock.json tsconfig.json ./
 COPY common ./common
 COPY db ./db
 COPY domain ./domain
+COPY infra ./infra
+COPY client ./client
+COPY mcp ./mcp
 COPY providers ./providers
 COPY api ./api
 COPY activities ./activities

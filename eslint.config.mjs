@@ -39,6 +39,8 @@ export default tseslint.config(
                 '**/api/**',
                 '**/domain',
                 '**/domain/**',
+                '**/infra',
+                '**/infra/**',
                 '**/providers',
                 '**/providers/**',
                 '**/common/**',

@@ -4,9 +4,9 @@ import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
 import type { OperationService } from '../domain/operations';
 import { createProvisioners } from '../domain/provisioning';
-import type { TemporalGateway } from '../domain/temporal';
+import type { TemporalGateway } from '../infra/temporal';
 import type { Providers } from '../providers';
-import { withBackendErrors } from './kit';
+import { withBackendErrors } from './backend-errors';
 import { createDbaasActivities } from './dbaas/activities';
 import { createOperationActivities } from './operations.activities';
 import { createOrderActivities } from './orders/activities';
@@ -27,7 +27,7 @@ export interface ActivityDeps {
 
 /**
  * Every activity the worker registers, built over its dependencies, with backend errors mapped to
- * retryable / non-retryable failures once for all (activities/kit.ts). Families add their factory here.
+ * retryable / non-retryable failures once for all (activities/backend-errors.ts). Families add their factory here.
  */
 export function createActivities(deps: ActivityDeps) {
   const provisioners = createProvisioners(deps);

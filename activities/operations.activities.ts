@@ -1,9 +1,9 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import { OperationGone, type OperationService } from '../domain/operations';
-import type { OperationTransition } from '../workflows/kit/operation';
+import { OperationGone, type OperationTransition } from '../domain/operations/contract';
+import type { OperationTransitions } from '../domain/operations/transitions';
 
 /** Activities every operation workflow uses to persist its state. */
-export function createOperationActivities({ operations }: { operations: OperationService }) {
+export function createOperationActivities({ operations }: { operations: Pick<OperationTransitions, 'recordTransition'> }) {
   return {
     /**
      * Persists one transition of an operation (idempotent; emits operation.completed once). An

@@ -6,12 +6,11 @@ import { runIdempotent } from '../domain/idempotency';
 import type { Principal } from '../domain/principal';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import type { AppDeps } from './deps';
-import { ApiError, backendUnavailable, conflict, databaseUnavailable, forbidden, insufficientScope, validationFailed, type FieldError } from './errors';
+import { backendUnavailable, conflict, DomainError, forbidden, insufficientScope, validationFailed, type FieldError } from '../domain/errors';
+import { ApiError, databaseUnavailable } from './errors';
 import { isDatabaseUnavailable } from '../db/errors';
 import { isMutation, toExpressPath, type AnyRoute, type ResponseSpec } from './route';
 import { mountReferencePage } from './reference-page';
-import { mountMcp } from '../mcp/http';
-import { version as packageVersion } from '../package.json';
 import { clientIp, forwardedClient, isLoopback } from './client-address';
 import { authenticateRequest } from './authenticate';
 
@@ -40,7 +39,7 @@ function channel(req: Request): 'api' | 'cli' | 'mcp' {
 }
 
 /** Zod issues -> `validation_failed` with dot-notation params (`records.0.ttl`). */
-export function zodToApiError(error: z.ZodError, prefix?: string): ApiError {
+export function zodToApiError(error: z.ZodError, prefix?: string): DomainError {
   const errors: FieldError[] = error.issues.map((issue) => ({
     param: [...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.') || (prefix ?? 'body'),
     message: issue.message,
@@ -125,7 +124,13 @@ function pathMatcher(path: string): RegExp {
  * Builds the HTTP application from the route table. Every route runs the same pipeline:
  * authenticate -> rate limit -> session/scope checks -> validate -> idempotency -> handler.
  */
-export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
+/**
+ * A client of the API served beside it, outside /v1 (the MCP endpoint, mcp/http.ts): the wiring
+ * (api/bootstrap.ts) passes it in, so the API itself depends on none of its clients.
+ */
+export type MountBeside = (app: express.Express, deps: AppDeps, routes: AnyRoute[]) => void;
+
+export function createApp(deps: AppDeps, routes: AnyRoute[], beside: MountBeside[] = []): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -162,10 +167,10 @@ export function createApp(deps: AppDeps, routes: AnyRoute[]): express.Express {
       handle(deps, route, expressPath, req, res).catch(next);
     });
   }
-  // Clients of the API served beside it, outside /v1: the reference page, and the MCP endpoint
-  // (each of its tool calls is a /v1 request of its own, audited with via mcp).
+  // Clients of the API served beside it, outside /v1: the reference page, and the ones passed in
+  // (the MCP endpoint: each of its tool calls is a /v1 request of its own, audited with via mcp).
   mountReferencePage(app);
-  mountMcp(app, deps, routes, packageVersion);
+  for (const mount of beside) mount(app, deps, routes);
 
   const matchers = routes.map((route) => ({ route, re: pathMatcher(route.path) }));
   app.use((req, res, next) => {
@@ -307,11 +312,19 @@ async function applyRateLimit(deps: AppDeps, res: Response, keyId: string, accou
   }
 }
 
+/**
+ * The one mapping of errors to the error envelope: the domain's keep their code and status
+ * (domain/errors.ts), backend and body-parser errors get theirs here, anything else is a 500.
+ */
 function toApiError(err: unknown, deps: AppDeps, req: Request): ApiError {
-  if (err instanceof ApiError) return err;
+  return ApiError.from(classify(err, deps, req));
+}
+
+function classify(err: unknown, deps: AppDeps, req: Request): DomainError {
+  if (err instanceof DomainError) return err;
   // Backend errors, mapped once for every family: unreachable 503; a refusal 409 (or 400 when it
   // names the request field at fault, like an invalid load-balancer configuration); gone 409.
-  if (err instanceof BackendUnavailableError) return backendUnavailable(err.backend);
+  if (err instanceof BackendUnavailableError) return backendUnavailable(err.backend, err.subject);
   if (err instanceof BackendRefusedError) return err.param ? validationFailed([{ param: err.param, message: err.message }]) : conflict(err.message);
   if (err instanceof BackendGoneError) return conflict(err.message);
   if (isDatabaseUnavailable(err)) {

@@ -2,6 +2,7 @@ import type { Request } from 'express';
 import type { Principal } from '../domain/principal';
 import { clientIp, forwardedClient } from './client-address';
 import type { AppDeps } from './deps';
+import { DomainError } from '../domain/errors';
 import { ApiError } from './errors';
 
 /**
@@ -37,7 +38,7 @@ export async function authenticateRequest(deps: AppDeps, req: Request): Promise<
   try {
     return await deps.credentials.authenticate(req.headers.authorization);
   } catch (err) {
-    if (err instanceof ApiError && err.code === 'invalid_api_key') {
+    if (err instanceof DomainError && err.code === 'invalid_api_key') {
       const address = failureAddress(deps, req);
       const wait = deps.loginThrottle.blockedFor(address);
       if (wait > 0) throw tooManyFailures(wait);

@@ -2,15 +2,17 @@ import type { Client } from '@temporalio/client';
 import type { Config } from '../common/config';
 import { createLogger, type Logger } from '../common/logger';
 import { createDb, type Db } from '../db/knex';
-import { AuditWriter } from '../domain/audit';
+import { AuditWriter } from '../infra/audit';
 import { CredentialResolver } from '../domain/credentials';
-import { loadKeyring } from '../domain/instance';
+import { loadKeyring } from '../infra/master-key';
 import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
-import { postgresCounters, RateLimiter } from '../domain/rate-limit';
-import { TemporalGateway } from '../domain/temporal';
+import { postgresCounters, RateLimiter } from '../infra/rate-limit';
+import { TemporalGateway } from '../infra/temporal';
 import { createProviders } from '../providers';
-import { localServicePorts, protectLocalPorts } from '../domain/webhooks/targets';
+import { localServicePorts, protectLocalPorts } from '../infra/webhook-targets';
+import { mountMcp } from '../mcp/http';
+import { version as packageVersion } from '../package.json';
 import { createApp } from './app';
 import type { AppDeps } from './deps';
 import { Cursors } from './pagination';
@@ -62,7 +64,8 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
   };
   protectLocalPorts(localServicePorts(config));
   const routes = buildRouteTable({ devEndpoints: config.CLOUD_DEV_ENDPOINTS });
-  const app = createApp(deps, routes);
+  // The MCP endpoint is mounted beside /v1 through this hook, so api/app.ts imports no client of the API.
+  const app = createApp(deps, routes, [(server, appDeps, table) => mountMcp(server, appDeps, table, packageVersion)]);
 
   /** Drains the audit queue; closes what this function opened. */
   async function close(): Promise<void> {

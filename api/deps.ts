@@ -2,12 +2,12 @@ import type { Config } from '../common/config';
 import type { Keyring } from '../common/crypto';
 import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
-import type { AuditWriter } from '../domain/audit';
+import type { AuditWriter } from '../infra/audit';
 import type { CredentialResolver } from '../domain/credentials';
 import type { LoginThrottle } from '../domain/login-throttle';
 import type { OperationService } from '../domain/operations';
-import type { RateLimiter } from '../domain/rate-limit';
-import type { TemporalGateway } from '../domain/temporal';
+import type { RateLimiter } from '../infra/rate-limit';
+import type { TemporalGateway } from '../infra/temporal';
 import type { Providers } from '../providers';
 import type { Cursors } from './pagination';
 

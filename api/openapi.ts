@@ -66,7 +66,8 @@ export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string
               name: 'Idempotency-Key',
               in: 'header' as const,
               required: route.idempotencyKey === 'required',
-              schema: { type: 'string' as const, maxLength: 255 },
+              // As api/app.ts checks it: 1 to 255 characters.
+              schema: { type: 'string' as const, minLength: 1, maxLength: 255 },
               description: route.returnsSecret
                 ? 'Accepted, but this call returns a secret and is never replayed.'
                 : 'Replays the stored 2xx answer of an earlier request with the same key for 24 hours.',
@@ -90,7 +91,9 @@ export function buildOpenApiDocument(routes: AnyRoute[], info: { version: string
               content: {
                 'application/json': { schema: route.body, ...(route.exampleBody !== undefined ? { example: route.exampleBody } : {}) },
               },
-              required: true,
+              // A request without a body is validated as `{}` (api/app.ts): the body is required only
+              // when `{}` is not a valid one.
+              required: !route.body.safeParse({}).success,
             }
           : undefined,
       },

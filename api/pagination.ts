@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Keyring } from '../common/crypto';
 import { constantTimeEqual } from '../common/crypto';
-import { validationFailed } from './errors';
+import { validationFailed } from '../domain/errors';
 
 export const DEFAULT_PAGE_SIZE = 20;
 export const MAX_PAGE_SIZE = 100;

@@ -71,6 +71,7 @@ export interface RouteDef<
   tag: string;
   /** The scope the credential needs; null for routes any valid credential (or none) may call. */
   scope: string | null;
+  /** Who may call; defineRoute makes it `credential` (any valid API key or session) when left out. */
   credential: C;
   marks: Mark[];
   params?: PS;
@@ -93,15 +94,18 @@ export interface RouteDef<
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyRoute = RouteDef<any, any, any, any, any>;
 
-/** Identity function that gives a route literal its inferred handler types. */
+/**
+ * Gives a route literal its inferred handler types. `credential` may be left out: most routes take
+ * any valid credential, and say only their scope.
+ */
 export function defineRoute<
   PS extends ZObject | undefined = undefined,
   QS extends ZObject | undefined = undefined,
   BS extends z.ZodType | undefined = undefined,
   C extends CredentialRule = 'credential',
   const R extends readonly ResponseSpec[] = readonly ResponseSpec[],
->(route: RouteDef<PS, QS, BS, C, R>): RouteDef<PS, QS, BS, C, R> {
-  return route;
+>(route: Omit<RouteDef<PS, QS, BS, C, R>, 'credential'> & { credential?: C }): RouteDef<PS, QS, BS, C, R> {
+  return { ...route, credential: route.credential ?? ('credential' as C) };
 }
 
 export const isMutation = (method: string) => method !== 'get' && method !== 'head';

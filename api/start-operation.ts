@@ -1,4 +1,5 @@
-import type { OperationResource, OperationView, OperationWorkflow, StartOperationInput } from '../domain/operations';
+import type { OperationResource, OperationView } from '../domain/operations/contract';
+import type { OperationWorkflow, StartOperationInput } from '../domain/operations/start';
 import type { Principal } from '../domain/principal';
 import type { AppDeps } from './deps';
 

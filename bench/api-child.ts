@@ -68,9 +68,10 @@ async function main() {
   }
   if (experiments.has('row-cache')) {
     // Experiment: the operation row held in the process (no invalidation: an upper bound only).
-    const findVisible = api.deps.operations.findVisible.bind(api.deps.operations);
+    const reads = api.deps.operations.reads;
+    const findVisible = reads.findVisible.bind(reads);
     const held = new Map<string, Awaited<ReturnType<typeof findVisible>>>();
-    api.deps.operations.findVisible = async (principal, id) => {
+    reads.findVisible = async (principal, id) => {
       const row = held.get(id) ?? (await findVisible(principal, id));
       held.set(id, row);
       return row;

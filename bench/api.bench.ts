@@ -50,7 +50,7 @@ import { loadConfig } from '../common/config';
 import { createLogger } from '../common/logger';
 import { createApi } from '../api/bootstrap';
 import { createWorker } from '../workers/worker';
-import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { SEARCH_ATTRIBUTES } from '../infra/temporal';
 import { ALL_SCOPES } from '../domain/scopes';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';

@@ -38,8 +38,8 @@ export const STAGES: Array<[string, (fn: string, url: string) => boolean]> = [
     (fn, url) => (/^(encode|decode|sign)$/.test(fn) && url.includes('api/pagination')) || (/^(sign|derive)$/.test(fn) && url.includes('common/crypto')),
   ],
   ['auth (credential cache)', (_fn, url) => url.includes('domain/credentials')],
-  ['rate limit', (_fn, url) => url.includes('domain/rate-limit') || /applyRateLimit/.test(_fn)],
-  ['audit record', (fn, url) => url.includes('domain/audit') || fn === 'recordAuditOnFinish' || (fn === 'record' && url.includes('api/app'))],
+  ['rate limit', (_fn, url) => url.includes('infra/rate-limit') || /applyRateLimit/.test(_fn)],
+  ['audit record', (fn, url) => url.includes('infra/audit') || fn === 'recordAuditOnFinish' || (fn === 'record' && url.includes('api/app'))],
   ['request id (ulid)', (fn, url) => url.includes('node_modules/ulid') || fn === 'newUlidId'],
   ['zod validation', (_fn, url) => url.includes('node_modules/zod')],
   [

@@ -9,7 +9,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../common/config';
 import { newUlidId } from '../common/ids';
-import { TemporalGateway } from '../domain/temporal';
+import { TemporalGateway } from '../infra/temporal';
 
 type Message =
   | { type: 'run'; seconds: number; concurrency: number; input: Record<string, unknown>; accountId: string; resourceId: string; resourceIds?: string[] }

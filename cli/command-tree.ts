@@ -126,16 +126,10 @@ export function routeCommands(routes: ClientRoute[]): RouteCommand[] {
   return commands;
 }
 
-const MARK_NAMES: Record<string, string> = { R: 'reversible', D: 'destructive', A: 'asynchronous', I: 'idempotent' };
-
 /** `vps:power · R A I`, `any credential`, `apikeys:read · session only`. */
 export function accessLabel(route: ClientRoute): string {
   const parts = [route.scope ?? (route.credential === 'none' ? 'public' : 'any credential')];
   if (route.credential === 'session') parts.push('session only');
   if (route.marks.length) parts.push(route.marks.join(' '));
   return parts.join(' · ');
-}
-
-export function marksLong(route: ClientRoute): string {
-  return route.marks.length ? route.marks.map((m) => `${m} (${MARK_NAMES[m]})`).join(', ') : 'none';
 }

@@ -139,3 +139,10 @@ export function pathParamDescription(description: string | undefined): string | 
   const text = description?.replace(/\s*URL-encoded\s*(\([^)]*\))?\.?\s*/i, ' ').trim();
   return text ? text : undefined;
 }
+
+const MARK_NAMES: Record<string, string> = { R: 'reversible', D: 'destructive', A: 'asynchronous', I: 'idempotent' };
+
+/** `R (reversible), A (asynchronous)`: a route's marks spelled out, for the CLI's help and the MCP tools. */
+export function marksLong(route: ClientRoute): string {
+  return route.marks.length ? route.marks.map((m) => `${m} (${MARK_NAMES[m]})`).join(', ') : 'none';
+}

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { ApiError, authenticationRequired, invalidApiKey } from '../api/errors';
+import { DomainError, authenticationRequired, invalidApiKey } from './errors';
 import { formatId } from '../common/ids';
 import { randomBase62, sha256Hex } from '../common/crypto';
 import { ALL_SCOPES, SESSION_ONLY_SCOPES } from './scopes';
@@ -23,12 +23,12 @@ const S3_ACCESS_KEY = /^[A-Z0-9]{20}$/;
 export const newApiKeyToken = () => `${API_KEY_PREFIX}${randomBase62(40)}`;
 export const newSessionToken = () => `${SESSION_PREFIX}${randomBase62(43)}`;
 
-const authError = (code: string, message: string) => new ApiError(401, 'authentication_error', code, message);
+const authError = (code: string, message: string) => new DomainError(401, 'authentication_error', code, message);
 
 interface CacheEntry {
   at: number;
   principal?: Principal;
-  error?: ApiError;
+  error?: DomainError;
   /** Expiry of the credential itself: checked on every use, not only when the entry is loaded. */
   expiresAt: number | null;
   expiredCode?: string;

@@ -1,10 +1,9 @@
 import type { Knex } from 'knex';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash, randomUUID } from 'node:crypto';
-import { ApiError } from '../api/errors';
-import type { HandlerResult } from '../api/route';
 import type { Keyring } from '../common/crypto';
-import { presentOperation } from './operations';
+import { DomainError } from './errors';
+import { presentOperation } from './operations/contract';
 import { stableStringify } from '../common/stable-json';
 
 /** Stored 24 hours (DECISIONS "Idempotency"); the worker's retention sweeper deletes them after. */
@@ -23,7 +22,17 @@ export interface IdempotentRequest {
   body: unknown;
 }
 
-export interface IdempotentOutcome extends HandlerResult {
+/**
+ * The answer a request gave, as kept for replay. It has the shape of a route handler's result
+ * (api/route.ts HandlerResult), declared here so that the domain does not depend on the API.
+ */
+export interface RecordedAnswer {
+  status?: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface IdempotentOutcome extends RecordedAnswer {
   replayed: boolean;
 }
 
@@ -81,7 +90,7 @@ export async function bindOperationToIdempotencyKey(trx: Knex.Transaction, opera
 }
 
 const inUse = () =>
-  new ApiError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+  new DomainError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
 
 interface KeyRow {
   method: string;
@@ -109,7 +118,7 @@ interface KeyRow {
  * answers with that operation, as the first request would have; if not, nothing was started and
  * the retry takes the record over and runs the request.
  */
-export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRequest, run: () => Promise<HandlerResult>): Promise<IdempotentOutcome> {
+export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRequest, run: () => Promise<RecordedAnswer>): Promise<IdempotentOutcome> {
   const { db } = deps;
   const fingerprint = requestFingerprint(deps.keyring, request);
   const where = { account_id: request.accountId, key: request.key };
@@ -140,7 +149,7 @@ export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRe
       continue;
     }
     if (existing.method !== request.method || existing.path !== request.path || !sameFingerprint(existing.request_hash, deps.keyring, request, fingerprint)) {
-      throw new ApiError(
+      throw new DomainError(
         422,
         'invalid_request_error',
         'idempotency_key_reused',
@@ -216,9 +225,9 @@ function holdWhileRunning(deps: IdempotencyDeps, mine: Record<string, unknown>):
   };
 }
 
-async function execute(deps: IdempotencyDeps, request: IdempotentRequest, token: string, run: () => Promise<HandlerResult>): Promise<IdempotentOutcome> {
+async function execute(deps: IdempotencyDeps, request: IdempotentRequest, token: string, run: () => Promise<RecordedAnswer>): Promise<IdempotentOutcome> {
   const mine = { account_id: request.accountId, key: request.key, owner_token: token };
-  let result: HandlerResult;
+  let result: RecordedAnswer;
   const stopHolding = holdWhileRunning(deps, mine);
   try {
     result = await claims.run({ accountId: request.accountId, key: request.key, token }, run);

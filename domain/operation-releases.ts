@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { OperationType } from './operations';
+import type { OperationType } from './operations/contract';
 import { voidOrderOfAbandonedOperation } from './orders/orders';
 import { releaseReinstall } from './vps/store';
 

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { formatId, parseNumericId } from '../common/ids';
-import { conflict, notFound, unsupportedForProduct } from '../api/errors';
+import { conflict, notFound, unsupportedForProduct } from './errors';
 import { dateOnly, iso } from '../common/time';
 import { SERVICE_FAMILIES, type ServiceFamily } from '../common/families';
 import { ServiceModel } from '../db/models';
@@ -8,7 +8,7 @@ import { isoSql, preparedQuery } from '../db/knex';
 import { ReadBatcher } from '../db/read-batcher';
 import { canSeeService, visibleServiceIds, type Principal } from './principal';
 import { emitEvent } from './events';
-import type { OperationGuard } from './operations';
+import type { OperationGuard } from './operations/guards';
 
 export type ServiceRow = Pick<
   ServiceModel,
@@ -228,6 +228,31 @@ const REFUSED_IN: Partial<Record<ServiceStatus, string>> = {
 export function requireActionable(service: Pick<ServiceRow, 'status'>, action: string): void {
   const why = REFUSED_IN[service.status as ServiceStatus];
   if (why) throw conflict(`${action[0].toUpperCase()}${action.slice(1)} is refused: this service ${why}.`);
+}
+
+/** What a request needs of the resource it names, beyond seeing it. */
+export interface TargetNeeds {
+  /** A capability that must be true (400 `unsupported_for_product` otherwise: permanent). */
+  capability?: string | null;
+  /** What a change does (`a power action`): the service must take actions (409 while suspended, terminated...). */
+  action?: string;
+}
+
+/**
+ * The one lookup of the resource a request names, for every family: `find` answers 404 for what
+ * the principal may not see (another account's, another family's, none), then the capability the
+ * request needs (400), then for a change a service that takes actions (409), always in this order
+ * (docs/security.md "Suspended and terminated services"). `find` is the family's visible read
+ * (`findVisibleVps`, `findVisibleZone`...), which returns the service with the family's record.
+ */
+export async function findTarget<T extends { service: Pick<ServiceRow, 'capabilities' | 'status'> }>(
+  find: () => Promise<T>,
+  needs: TargetNeeds = {},
+): Promise<T> {
+  const target = await find();
+  if (needs.capability) requireCapability(target.service, needs.capability);
+  if (needs.action) requireActionable(target.service, needs.action);
+  return target;
 }
 
 /**

@@ -3,7 +3,8 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { AnyRoute } from '../api/route';
 import type { AppDeps } from '../api/deps';
 import { isIP } from 'node:net';
-import { ApiError, forbidden } from '../api/errors';
+import { forbidden } from '../domain/errors';
+import { ApiError } from '../api/errors';
 import { authenticateRequest } from '../api/authenticate';
 import { clientIp, forwardedClientHeader, isLoopback } from '../api/client-address';
 import { parseOrigin } from '../common/config';

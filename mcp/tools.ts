@@ -1,5 +1,4 @@
-import { marksLong } from '../cli/command-tree';
-import { pathParamDescription, snakeCase, type ClientRoute, type JsonSchema } from '../client/client-routes';
+import { marksLong, pathParamDescription, snakeCase, type ClientRoute, type JsonSchema } from '../client/client-routes';
 
 /**
  * The MCP tools, one per /v1 route of the route table (DECISIONS "MCP"): name = operationId in

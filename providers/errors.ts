@@ -9,7 +9,13 @@ export class BackendUnavailableError extends Error {
   constructor(
     /** The outage switch / backend name (`vps`, `dns`, `billing`...). */
     readonly backend: string,
+    /** For the logs (may name commands and codes); never shown to customers. */
     detail?: string,
+    /**
+     * What did not answer, in the customer's words, when it is one of theirs (`database instance
+     * svc-12-ab34cd`): the API's message names it rather than the whole backend.
+     */
+    readonly subject?: string,
   ) {
     super(`the ${backend} backend is not answering${detail ? ` (${detail})` : ''}`);
     this.name = 'BackendUnavailableError';

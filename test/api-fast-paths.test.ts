@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
 import { createAccount, createApiKey, createService, createUser } from './helpers/fixtures';
 import { presentService } from '../domain/services';
-import { presentOperation } from '../domain/operations';
+import { presentOperation } from '../domain/operations/contract';
 import { newUlidId, ulid } from '../common/ids';
 import { ReadBatcher } from '../db/read-batcher';
 

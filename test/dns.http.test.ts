@@ -396,6 +396,9 @@ describe('backend down', () => {
         expect(res.status).toBe(503);
         expect(res.body.error).toMatchObject({ type: 'api_error', code: 'backend_unavailable' });
       }
+      // DECISIONS "DNS": a refused PATCH names the element that did not apply, an outage included.
+      const patch = await stack.http.patch(records(zone), { token, body: { records: [{ name: 'www', type: 'A', values: ['192.0.2.1'] }] } });
+      expect(patch.body.error).toMatchObject({ param: 'records.0', applied: 0 });
     } finally {
       await setBackendDown(stack, 'dns', false);
     }

@@ -55,6 +55,13 @@ describe('DNS on the simulator', () => {
       expect((await stack.http.get(`/v1/dns/zones/${zone}`, { token })).body).toMatchObject({ serial: null, record_count: null });
       expect((await stack.http.put(`/v1/dns/zones/${zone}/records/www/A`, { token, body: { values: ['192.0.2.3'] } })).status).toBe(503);
       expect((await stack.http.get(`/v1/dns/zones/${zone}/records`, { token })).status).toBe(503);
+      // DECISIONS "DNS": a PATCH refused by the outage names the element that did not apply, like any other failure.
+      const refused = await stack.http.patch(`/v1/dns/zones/${zone}/records`, {
+        token,
+        body: { records: [{ name: 'www', type: 'A', values: ['192.0.2.3'] }] },
+      });
+      expect(refused.status).toBe(503);
+      expect(refused.body.error).toMatchObject({ code: 'backend_unavailable', param: 'records.0', applied: 0 });
     } finally {
       await setBackendDown(stack, 'dns', false);
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ApiError } from '../api/errors';
+import { DomainError } from '../domain/errors';
 import { absoluteName, normalizeTarget, normalizeZoneName, parseZoneName, relativeName } from '../domain/dns/names';
 import { assertCnameExclusive, parseRRsetChange, parseTtl, parseValues, withParamPrefix } from '../domain/dns/rrsets';
 import { canonicalValue, txtStrings } from '../domain/dns/values';
@@ -8,14 +8,14 @@ import { etagOf, ifMatchAllows } from '../domain/dns/etag';
 import { fingerprintRRsets, type DnsRRset, type RRsetType } from '../providers/dns.provider';
 
 /** The DNS family's pure rules: names, values per type, TTL, CNAME exclusivity (no server, no database). */
-function failure(fn: () => unknown): ApiError {
+function failure(fn: () => unknown): DomainError {
   try {
     fn();
   } catch (err) {
-    if (err instanceof ApiError) return err;
+    if (err instanceof DomainError) return err;
     throw err;
   }
-  throw new Error('expected an ApiError');
+  throw new Error('expected a DomainError');
 }
 
 describe('zone names', () => {
@@ -90,8 +90,8 @@ describe('record names', () => {
     expect(normalizeTarget('Mail.Example.NET', 'v')).toBe('mail.example.net.');
     expect(normalizeTarget('mail.example.net.', 'v')).toBe('mail.example.net.');
     expect(normalizeTarget('.', 'v', true)).toBe('.');
-    expect(() => normalizeTarget('.', 'v')).toThrow(ApiError);
-    expect(() => normalizeTarget('bad host', 'v')).toThrow(ApiError);
+    expect(() => normalizeTarget('.', 'v')).toThrow(DomainError);
+    expect(() => normalizeTarget('bad host', 'v')).toThrow(DomainError);
   });
 });
 
@@ -252,7 +252,7 @@ describe('RRset changes', () => {
     const err = withParamPrefix(
       failure(() => parseValues('A', ['192.0.2.1', 'x'], { allowEmpty: false })),
       'records.3',
-    ) as ApiError;
+    ) as DomainError;
     expect(err).toMatchObject({ status: 400, param: 'records.3.values.1', extra: { errors: [{ param: 'records.3.values.1' }] } });
     expect(err.message).toMatch(/^records\.3\.values\.1: /);
     expect(

@@ -6,7 +6,8 @@ import { until } from './helpers/processes';
 /**
  * The API process SIGKILLed during a burst of POSTs with Idempotency-Keys, then started again: no
  * key stays `409 idempotency_key_in_use` for ever, a retry of a key whose request had created its
- * operation answers with that operation (it is not run a second time), and every operation ends.
+ * operation answers with that operation (it is not run a second time), and every operation ends
+ * done: a 202 is never followed by nothing.
  */
 const KEYS = 36;
 let stack: FaultStack;
@@ -76,8 +77,9 @@ describe('API SIGKILL during a burst of idempotent POSTs', () => {
     expect(operations.map((o) => o.id).sort()).toEqual([...ids].sort());
     expect(await stack.db('orders').where({ account_id: stack.owner.accountId })).toHaveLength(KEYS);
 
-    // Every operation ends: run by its workflow, or (created but never started when the API died)
-    // closed by the orphan sweeper with its order voided.
+    // Every operation ends, and succeeds: each was answered 202, so each runs, once. One created but
+    // never started when the API died is started from its row by the orphan sweeper (the committed
+    // row is the intent), never closed as `not_started`.
     const ended = await eventually(
       stack,
       'every operation ended',
@@ -85,17 +87,8 @@ describe('API SIGKILL during a burst of idempotent POSTs', () => {
       (rows) => rows.every((r) => r.status === 'succeeded' || r.status === 'failed'),
       90_000,
     );
-    for (const op of ended) {
-      if (op.status === 'failed') expect(op.error.code, JSON.stringify(op.error)).toBe('not_started');
-    }
-    expect(ended.filter((op) => op.status === 'succeeded').length).toBeGreaterThan(KEYS / 2);
-    const voided = await stack.db('orders').where({ account_id: stack.owner.accountId, status: 'cancelled' });
-    expect(voided.map((o) => o.operation_id).sort()).toEqual(
-      ended
-        .filter((op) => op.status === 'failed')
-        .map((op) => op.id)
-        .sort(),
-    );
+    expect(ended.filter((op) => op.status !== 'succeeded').map((op) => [op.id, op.error])).toEqual([]);
+    expect(await stack.db('orders').where({ account_id: stack.owner.accountId, status: 'cancelled' })).toEqual([]);
     // The waits above allow up to 30 s for the burst, two API process starts, 3.5 s for keys to be
     // abandoned and 90 s for the operations to end. The test takes 8 to 18 s, but once in a full run
     // it passed the default 60 s, which cut it short before any of those waits could say where.

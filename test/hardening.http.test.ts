@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditRowOf, startStack, type Stack } from './helpers/stack';
-import { AuditWriter, type AuditEntry } from '../domain/audit';
+import { AuditWriter, type AuditEntry } from '../infra/audit';
 import { createLogger } from '../common/logger';
 import { createDb } from '../db/knex';
 import { createApiKey, createSession, createUser } from './helpers/fixtures';

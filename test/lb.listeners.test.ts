@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { canonicalIp, listenerErrors, normalizeListeners, requireValidListeners } from '../domain/lb/listeners';
 import { balancerAddress, type LbListener } from '../providers/lb.provider';
-import { ApiError } from '../api/errors';
+import { DomainError } from '../domain/errors';
 
 /** The pure listener rules and address allocation (the providers' shared behaviour is in lb.contract.ts). */
 const web: LbListener = {
@@ -50,8 +50,8 @@ describe('listener rules', () => {
       } catch (e) {
         return e;
       }
-    })() as ApiError;
-    expect(err).toBeInstanceOf(ApiError);
+    })() as DomainError;
+    expect(err).toBeInstanceOf(DomainError);
     expect({ status: err.status, code: err.code, param: err.param }).toEqual({ status: 400, code: 'validation_failed', param: 'listeners.0.backends' });
     expect(canonicalIp('2001:DB8:0:0:0:0:0:1')).toBe('2001:db8::1');
     expect(normalizeListeners([{ ...web, health_check: { interval_seconds: 3 }, backends: [{ ip: '0:0::1', port: 1, weight: 0 }] }])[0]).toMatchObject({

@@ -73,6 +73,20 @@ describe('GET /v1/openapi.json', () => {
     expect(statuses('get', '/v1/openapi.json')['503']).toBeUndefined();
   });
 
+  it('is no looser than the validators: Idempotency-Key 1 to 255 characters, a body required only when `{}` is refused', () => {
+    const routes = buildRouteTable({ devEndpoints: false }).filter((r) => !r.internal);
+    for (const route of routes) {
+      const op = doc.paths[route.path][route.method];
+      const key = (op.parameters ?? []).find((p: any) => p.name === 'Idempotency-Key');
+      if (key) expect(key.schema, `${route.method} ${route.path}`).toEqual({ type: 'string', minLength: 1, maxLength: 255 });
+      // api/app.ts validates a request without a body as `{}`.
+      if (route.body) expect(op.requestBody.required, `${route.method} ${route.path}`).toBe(!route.body.safeParse({}).success);
+    }
+    // Every field of a webhook update is optional; a new webhook needs its url and events.
+    expect(doc.paths['/v1/webhooks/{id}'].patch.requestBody.required).toBe(false);
+    expect(doc.paths['/v1/webhooks'].post.requestBody.required).toBe(true);
+  });
+
   it('leaves the development stand-ins and health checks out', () => {
     expect(Object.keys(doc.paths).some((p) => p.startsWith('/_dev') || p === '/healthz')).toBe(false);
   });

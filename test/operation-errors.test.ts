@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { withBackendErrors } from '../activities/kit';
+import { withBackendErrors } from '../activities/backend-errors';
 import type { Principal } from '../domain/principal';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import { startStack, type Stack } from './helpers/stack';

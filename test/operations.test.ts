@@ -3,9 +3,10 @@ import { startStack, type Stack } from './helpers/stack';
 import { createApiKey, createService, createUser } from './helpers/fixtures';
 import { advanceSignal } from './fixtures/test-operation.workflow';
 import type { Principal } from '../domain/principal';
-import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { SEARCH_ATTRIBUTES } from '../infra/temporal';
 import { newUlidId } from '../common/ids';
 import { OrphanOperationSweeper } from '../workers/orphan-operation-sweeper';
+import { OperationService } from '../domain/operations';
 import { createVps } from './vps.support';
 import { machineGuard } from '../domain/vps/store';
 
@@ -244,6 +245,64 @@ describe('operations through Temporal', () => {
     const power = await stack.http.post(`/v1/vps/${vps.id}/power`, { token: stack.owner.key, body: { action: 'stop' } });
     expect(power.status, power.text).toBe(202);
     await stack.temporal!.client.workflow.getHandle(live.id).signal(advanceSignal, { finish: 'succeed' });
+  });
+
+  it('starts, from its row, the workflow of an operation whose process died between commit and start: the action runs once', async () => {
+    // An API that commits the row and then never reaches Temporal (as if killed right after the commit).
+    const dying = new OperationService(stack.db, stack.api.deps.temporal, {
+      cacheTtlMs: 0,
+      queryTimeoutMs: 1_000,
+      startTimeoutMs: 5_000,
+      logger: stack.api.deps.logger,
+    });
+    Object.assign(dying, { startWorkflow: () => new Promise<never>(() => undefined) });
+    const { id: serviceId } = await createService(stack.db, stack.owner.accountId);
+    const input = { resource: { object: 'service', id: serviceId }, type: 'test.operation' as never, workflow: 'testOperationWorkflow' as never };
+    // One static input, one computed from the rows its guards locked, inside a transaction (as with an Idempotency-Key).
+    void dying.start({ ...input, principal, input: { holdMs: 1 } as never });
+    void dying.start({ ...input, principal, input: (() => ({ holdMs: 2 })) as never, inTransaction: async () => undefined });
+    const orphans = await waitFor(
+      () => stack.db('operations').where({ resource_id: serviceId }).orderBy('id'),
+      (rows) => rows.length === 2,
+    );
+    expect(orphans).toHaveLength(2);
+    expect(orphans.map((o) => o.workflow_start)).toEqual([
+      { workflow: 'testOperationWorkflow', input: { holdMs: 1 } },
+      { workflow: 'testOperationWorkflow', input: { holdMs: 2 } },
+    ]);
+    await stack
+      .db('operations')
+      .whereIn(
+        'id',
+        orphans.map((o) => o.id),
+      )
+      .update({ created_at: stack.db.raw(`now() - interval '1 minute'`) });
+
+    const sweeper = new OrphanOperationSweeper({ ...stack.api.deps, config: { ...stack.config, OPERATION_ORPHAN_AFTER: 1_000 } });
+    expect(await sweeper.sweep()).toEqual([]);
+    for (const orphan of orphans) {
+      const handle = stack.temporal!.client.workflow.getHandle(orphan.id);
+      expect((await handle.describe()).type).toBe('testOperationWorkflow');
+      // A second start from the row (a racing sweeper, a retry) is the same run, not another.
+      expect(await stack.api.deps.operations.startFromRow(orphan.id)).toBe(true);
+      await waitFor(
+        () => stack.db('operations').where({ id: orphan.id }).first(),
+        (row) => row.status === 'running',
+      );
+      await handle.signal(advanceSignal, { finish: 'succeed' });
+      await handle.result();
+      const runs = [];
+      for await (const run of stack.temporal!.client.workflow.list({ query: `WorkflowId = '${orphan.id}'` })) runs.push(run);
+      expect(runs).toHaveLength(1);
+    }
+    const done = await stack.db('operations').whereIn(
+      'id',
+      orphans.map((o) => o.id),
+    );
+    expect(done.map((o) => o.status)).toEqual(['succeeded', 'succeeded']);
+    // Finished: nothing is started from its row again.
+    expect(await stack.api.deps.operations.startFromRow(orphans[0].id)).toBe(false);
+    expect(await sweeper.sweep()).toEqual([]);
   });
 
   it('checks its guards in the statement that writes its row: refused, waiting on a concurrent claim, and inside a transaction', async () => {

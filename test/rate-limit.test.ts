@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './helpers/db';
-import { postgresCounters, RateLimiter, type CounterStore } from '../domain/rate-limit';
+import { postgresCounters, RateLimiter, type CounterStore } from '../infra/rate-limit';
 
 /**
  * The rate limiter over the counts in PostgreSQL, as several API processes share them: each

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DeliveryClient, type WebhookPost } from '../domain/webhooks/delivery-client';
+import { DeliveryClient, type WebhookPost } from '../infra/webhook-delivery-client';
 
 /**
  * The worker's HTTP client for deliveries (issue 10): one deadline for the whole response, headers

@@ -6,7 +6,7 @@ import { gate, startReceiver, waitFor, type Receiver } from './webhooks.support'
 import { emitEvent } from '../domain/events';
 import { newUlidId } from '../common/ids';
 import { endpointWorkflowId, endpointWorkflowInput, WEBHOOK_ENDPOINT_WORKFLOW } from '../domain/webhooks/webhooks';
-import { SEARCH_ATTRIBUTES } from '../domain/temporal';
+import { SEARCH_ATTRIBUTES } from '../infra/temporal';
 import { webhookDeliveriesSignal, webhookEndpointStateQuery } from '../workflows/webhooks/webhook-endpoint.workflow';
 
 /**

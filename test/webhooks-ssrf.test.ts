@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './helpers/stack';
 import { startReceiver, waitFor, type Receiver } from './webhooks.support';
-import { classifyAddress, resetResolver, targetResolver, type ResolvedAddress } from '../domain/webhooks/targets';
+import { classifyAddress, resetResolver, targetResolver, type ResolvedAddress } from '../infra/webhook-targets';
 
 /**
  * Webhook targets (SSRF): https and public only; with WEBHOOK_ALLOW_INSECURE_TARGETS=1 also http and
@@ -73,6 +73,8 @@ describe('address classes', () => {
     ['64:ff9b::a9fe:a9fe', 'link-local'],
     ['2002:c0a8:0101::1', 'private'],
     ['2001:db8::1', 'reserved'],
+    ['127.0.0.1%eth0', 'reserved'],
+    ['8.8.8.8%1', 'reserved'],
   ])('%s is %s', (address, cls) => {
     expect(classifyAddress(address)).toBe(cls);
   });

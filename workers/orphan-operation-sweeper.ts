@@ -4,7 +4,7 @@ import type { Logger } from '../common/logger';
 import { PeriodicService } from '../common/periodic';
 import { releaseOf } from '../domain/operation-releases';
 import type { OperationService } from '../domain/operations';
-import type { TemporalGateway } from '../domain/temporal';
+import type { TemporalGateway } from '../infra/temporal';
 import type { BackgroundService } from './background';
 
 /** Seen, unfinished operations checked per pass. */
@@ -22,11 +22,16 @@ const ENDED_FROM_OUTSIDE: Record<string, string> = {
  * No operation row without a workflow. An asynchronous POST commits its operation row, then starts
  * the workflow; if its process dies in between, or it cannot take the row back after a start that
  * timed out, the row would stay `running` for ever (and hold what its request claimed, like a VPS's
- * reinstall flag). Every OPERATION_ORPHAN_SWEEP_INTERVAL this looks at unfinished operations older
- * than OPERATION_ORPHAN_AFTER whose workflow has never reported: a running workflow is noted and
- * left alone; a workflow that does not exist, or ended without recording an outcome, gets its
- * operation failed (`not_started` / `interrupted`), its claims released, and `operation.completed`.
- * A workflow that still starts after that finds its operation closed and stops before acting.
+ * reinstall flag). The committed row is the intent: a client may have been told 202 (a retry with
+ * the same Idempotency-Key answers with that operation). Every OPERATION_ORPHAN_SWEEP_INTERVAL this
+ * looks at unfinished operations older than OPERATION_ORPHAN_AFTER whose workflow has never
+ * reported: a running workflow is noted and left alone; a workflow that does not exist is started
+ * from the row (`workflow_start`; the workflow id is the operation id, so a start that raced this
+ * one is not repeated). Only a row that cannot say how to start it (written before that column, or
+ * by a process that died before it knew its input, when no client was told anything), or whose
+ * workflow ended without recording an outcome, gets its operation failed (`not_started` /
+ * `interrupted`), its claims released, and `operation.completed`. A workflow that still starts
+ * after that finds its operation closed and stops before acting.
  *
  * A workflow can also end from outside after it was seen (`temporal workflow terminate`, a cancel
  * from the Temporal UI, a run timeout): nothing then records an outcome, and the operation would
@@ -55,6 +60,11 @@ export class OrphanOperationSweeper extends PeriodicService implements Backgroun
         const state = await this.workflowState(op.id);
         if (state === 'running') {
           await this.deps.operations.markWorkflowSeen(op.id);
+          continue;
+        }
+        if (state === 'missing' && (await this.deps.operations.startFromRow(op.id))) {
+          // Seen on a later pass (running, or its first transition), like any other workflow.
+          this.deps.logger.warn({ operation: op.id, type: op.type }, 'started the workflow of an operation its request did not start');
           continue;
         }
         const error =

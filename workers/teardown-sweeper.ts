@@ -4,7 +4,7 @@ import type { Logger } from '../common/logger';
 import { PeriodicService } from '../common/periodic';
 import type { Db } from '../db/knex';
 import { servicesAwaitingTeardown } from '../domain/services';
-import type { TemporalGateway } from '../domain/temporal';
+import type { TemporalGateway } from '../infra/temporal';
 import type { BackgroundService } from './background';
 
 /**

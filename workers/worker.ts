@@ -5,11 +5,11 @@ import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
 import { createActivities } from '../activities';
 import { OperationService } from '../domain/operations';
-import { TemporalGateway } from '../domain/temporal';
+import { TemporalGateway } from '../infra/temporal';
 import { createProviders } from '../providers';
-import { loadKeyring } from '../domain/instance';
+import { loadKeyring } from '../infra/master-key';
 import { createBackgroundServices, type BackgroundService } from './background';
-import { localServicePorts, protectLocalPorts } from '../domain/webhooks/targets';
+import { localServicePorts, protectLocalPorts } from '../infra/webhook-targets';
 
 export interface WorkerInput {
   config: Config;

@@ -1,6 +1,6 @@
 import type { Providers } from '../../providers';
 import type { DbBackupStatus } from '../../providers/dbaas.provider';
-import { pollUntil } from '../kit';
+import { pollUntil } from '../backend-errors';
 
 /** A backup as the workflows see it (dates as ISO strings: activity results travel as JSON). */
 export interface BackupView {
@@ -13,7 +13,7 @@ export interface BackupView {
 /**
  * Activities of the DBaaS workflows. Each is idempotent: the backup call carries a key derived
  * from the operation id (the instance returns the same backup for the same key), and the wait only
- * reads. Instance refusals fail an activity for good and outages are retried (activities/kit.ts).
+ * reads. Instance refusals fail an activity for good and outages are retried (activities/backend-errors.ts).
  * No password ever passes through here.
  */
 export function createDbaasActivities({ providers }: { providers: Providers }) {

@@ -9,7 +9,7 @@ import type { Providers } from '../../providers';
 import { provisionTargetOf, type ProvisionTarget, type ProvisionerRegistry } from '../../domain/provisioning';
 import { BackendUnavailableError } from '../../providers/errors';
 import type { Logger } from '../../common/logger';
-import type { OperationService } from '../../domain/operations';
+import type { OperationTransitions } from '../../domain/operations/transitions';
 
 export interface OrderPaymentState {
   order: { id: string; status: OrderStatus };
@@ -27,7 +27,7 @@ export function createOrderActivities({
   db: Knex;
   providers: Providers;
   provisioners: ProvisionerRegistry;
-  operations: Pick<OperationService, 'attachService'>;
+  operations: Pick<OperationTransitions, 'attachService'>;
   logger: Logger;
 }) {
   const { billing } = providers;

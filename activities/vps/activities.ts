@@ -5,7 +5,7 @@ import { ROOT_PASSWORD_PURPOSE } from '../../domain/vps/secrets';
 import { dropRootPassword, endReinstall, sealedRootPassword } from '../../domain/vps/store';
 import type { Providers } from '../../providers';
 import type { BackupMode, GuestStatus, MachineState, PowerTaskKind, TaskRef, TaskStatus } from '../../providers/hypervisor.provider';
-import { pollUntil } from '../kit';
+import { pollUntil } from '../backend-errors';
 
 /** How long a machine may take to show the state its finished task left it in. */
 const STATE_SETTLE_MS = 60_000;
@@ -13,7 +13,7 @@ const STATE_SETTLE_MS = 60_000;
 /**
  * Activities of the VPS workflows. Each is idempotent: task calls carry a key derived from the
  * operation id (the hypervisor returns the same task for the same key), and the waits only read.
- * Hypervisor refusals fail an activity for good and outages are retried (activities/kit.ts).
+ * Hypervisor refusals fail an activity for good and outages are retried (activities/backend-errors.ts).
  */
 export function createVpsActivities({ db, providers, keyring }: { db: Knex; providers: Providers; keyring: Keyring }) {
   const hv = providers.hypervisor;

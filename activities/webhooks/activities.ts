@@ -6,10 +6,10 @@ import type { Keyring } from '../../common/crypto';
 import { formatId } from '../../common/ids';
 import type { Logger } from '../../common/logger';
 import type { Db } from '../../db/knex';
-import { DeliveryClient, type CheckedTarget, type WebhookPostResult } from '../../domain/webhooks/delivery-client';
+import { DeliveryClient, type CheckedTarget, type WebhookPostResult } from '../../infra/webhook-delivery-client';
 import { signPayload } from '../../domain/webhooks/signature';
-import { TargetRejected } from '../../domain/webhooks/targets';
-import type { TemporalGateway } from '../../domain/temporal';
+import { TargetRejected } from '../../infra/webhook-targets';
+import type { TemporalGateway } from '../../infra/temporal';
 import { deliverToEndpoint, WEBHOOK_SECRET_PURPOSE, type DeliveryRow } from '../../domain/webhooks/webhooks';
 
 export interface DeliveryAttemptInput {

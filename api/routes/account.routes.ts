@@ -55,7 +55,6 @@ export const accountRoutes = [
     summary: 'The account and the credential in use',
     tag: 'Account',
     scope: 'account:read',
-    credential: 'credential',
     marks: [],
     responses: [{ status: 200, description: 'The account', schema: AccountSchema }],
     async handler({ principal, deps }) {
@@ -87,7 +86,6 @@ export const accountRoutes = [
       'Answers for any valid credential, whatever its scopes, so that a client (the `cloud` CLI, the MCP server) can tell which calls it may make. The same object as `credential` in the account.',
     tag: 'Account',
     scope: null,
-    credential: 'credential',
     marks: [],
     responses: [{ status: 200, description: 'The credential in use', schema: CredentialSchema }],
     async handler({ principal }) {
@@ -103,7 +101,6 @@ export const accountRoutes = [
       "Every /v1 request of the account, newest first: route template, status, error code, required scope, credential, ip, channel and duration. Never bodies or secrets. A credential narrowed to some services reads the route template as `path` of other credentials' requests.",
     tag: 'Account',
     scope: 'account:read',
-    credential: 'credential',
     marks: [],
     query: z.object({
       ...paginationQuery(),

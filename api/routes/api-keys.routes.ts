@@ -6,11 +6,11 @@ import { canSeeService, type Principal } from '../../domain/principal';
 import { isKnownScope, SESSION_ONLY_SCOPES } from '../../domain/scopes';
 import { ApiKeyModel } from '../../db/models';
 import type { AppDeps } from '../deps';
-import { conflict, forbidden, insufficientScope, notFound, validationFailed, type FieldError } from '../errors';
+import { conflict, forbidden, insufficientScope, notFound, validationFailed, type FieldError } from '../../domain/errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
 import { ApiKeySchema, CreatedApiKeySchema, idParam, iso, isoDateTime, listOf } from '../schemas';
-import { RATE_LIMIT_TIERS } from '../../domain/rate-limit';
+import { RATE_LIMIT_TIERS } from '../../infra/rate-limit';
 
 const name = z.string().min(1).max(255);
 const scopes = z.array(z.string().max(100)).min(1).max(100);

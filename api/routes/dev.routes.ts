@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { parseNumericId } from '../../common/ids';
 import { moveServiceStatus, presentService } from '../../domain/services';
 import { BACKEND_FAMILIES } from '../../providers/switchboard';
-import { ApiError, notFound } from '../errors';
+import { DomainError, notFound } from '../../domain/errors';
 import { defineDevRoute } from '../route';
 
 /**
@@ -38,9 +38,9 @@ export const devRoutes = [
         const row = id === null ? undefined : await deps.db('services').where({ id }).first();
         if (!row) throw notFound('service');
         if (row.status === 'terminated')
-          throw new ApiError(409, 'invalid_request_error', 'conflict', 'The service is terminated; billing cannot move it any more.');
+          throw new DomainError(409, 'invalid_request_error', 'conflict', 'The service is terminated; billing cannot move it any more.');
         if (move === 'unsuspend' && row.status !== 'suspended') {
-          throw new ApiError(409, 'invalid_request_error', 'conflict', `Only a suspended service can be unsuspended (this one is ${row.status}).`);
+          throw new DomainError(409, 'invalid_request_error', 'conflict', `Only a suspended service can be unsuspended (this one is ${row.status}).`);
         }
         const updated = await moveServiceStatus(deps.db, row.id, SERVICE_MOVES[move]);
         return { body: presentService(updated) };

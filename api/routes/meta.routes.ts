@@ -39,7 +39,6 @@ export function metaRoutes(table: () => AnyRoute[]) {
       summary: 'Describe this instance: version, resources, scopes, limits, features',
       tag: 'Meta',
       scope: null,
-      credential: 'credential',
       marks: [],
       responses: [{ status: 200, description: 'The instance description', schema: CapabilitiesSchema }],
       async handler({ deps }) {

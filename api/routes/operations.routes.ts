@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { parseUlidId } from '../../common/ids';
-import { presentOperation } from '../../domain/operations';
+import { presentOperation } from '../../domain/operations/contract';
 import { visibleServiceIds } from '../../domain/principal';
-import { notFound } from '../errors';
+import { notFound } from '../../domain/errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../pagination';
 import { defineRoute } from '../route';
 import { OperationSchema, idParam, listOf } from '../schemas';
@@ -16,7 +16,6 @@ export const operationRoutes = [
     description: 'Served from the database (the state each workflow last recorded), newest first.',
     tag: 'Operations',
     scope: 'operations:read',
-    credential: 'credential',
     marks: [],
     query: z.object({
       ...paginationQuery(),
@@ -56,7 +55,6 @@ export const operationRoutes = [
       'A running operation is read from its workflow (cached 2 s); a finished one from the database. If Temporal does not answer, the last stored state comes back with `stale: true`.',
     tag: 'Operations',
     scope: 'operations:read',
-    credential: 'credential',
     marks: [],
     params: z.object({ id: idParam('op_01JD0000000000000000000000') }),
     responses: [{ status: 200, description: 'The operation', schema: OperationSchema }],

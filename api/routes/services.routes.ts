@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { keysetFetch, listEnvelope, listFingerprint, paginationQuery, type ListEnvelope } from '../pagination';
 import { reusableBody } from '../json-body';
-import { validationFailed } from '../errors';
+import { validationFailed } from '../../domain/errors';
 import { defineRoute } from '../route';
 import { ServiceSchema, idParam, listOf } from '../schemas';
 import { findVisibleService, listVisibleServices, presentService, SERVICE_FAMILIES } from '../../domain/services';
@@ -22,7 +22,6 @@ export const serviceRoutes = [
     description: "Only services visible to the credential: the key allowlist and the owning user's per-service permissions both apply.",
     tag: 'Services',
     scope: 'services:read',
-    credential: 'credential',
     marks: [],
     query: z.object({
       ...paginationQuery(),
@@ -59,7 +58,6 @@ export const serviceRoutes = [
     summary: 'Get a service',
     tag: 'Services',
     scope: 'services:read',
-    credential: 'credential',
     marks: [],
     params: z.object({ id: idParam('svc_1') }),
     responses: [{ status: 200, description: 'The service', schema: ServiceSchema }],

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { formatId } from '../../common/ids';
 import { hashPassword, needsRehash, sha256Hex, verifyPassword } from '../../common/crypto';
 import { newSessionToken } from '../../domain/credentials';
+import { DomainError } from '../../domain/errors';
 import { ApiError } from '../errors';
 import { defineRoute } from '../route';
 import { clientIp } from '../client-address';
@@ -10,7 +11,7 @@ import { SessionSchema } from '../schemas';
 // Verified when the email is unknown, so both failures take the same time.
 let dummyHash: Promise<string> | null = null;
 
-const invalidCredentials = () => new ApiError(401, 'authentication_error', 'invalid_credentials', 'The email or password is not correct.');
+const invalidCredentials = () => new DomainError(401, 'authentication_error', 'invalid_credentials', 'The email or password is not correct.');
 
 export const sessionRoutes = [
   defineRoute({

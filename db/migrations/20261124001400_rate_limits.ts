@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 /**
- * Rate-limit counters shared by every API process (domain/rate-limit.ts): one row per bucket and
+ * Rate-limit counters shared by every API process (infra/rate-limit.ts): one row per bucket and
  * fixed window, counting the requests handed out to the processes, which lease them in chunks.
  */
 export async function up(knex: Knex): Promise<void> {

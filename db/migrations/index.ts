@@ -11,10 +11,16 @@ import * as dns from './20261123000100_dns';
 import * as hardening from './20261123000400_hardening';
 import * as rateLimits from './20261124001400_rate_limits';
 import * as operationsUnfinished from './20261125000500_operations_unfinished';
+import * as operationsStart from './20261125000600_operations_start';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
  * tsx, vitest and a bundled build. Append new migrations at the end; never reorder.
+ *
+ * Never rename one either: its name is its row in `knex_migrations`, and a database that ran it
+ * under the old name would run it again. So `_kit` (simulator tasks, armed faults, teardown marks)
+ * and `_hardening` (event and operation visibility, sign-in throttle, idempotency ownership) keep
+ * the names of the issues they came with; their doc comments say what they hold.
  */
 const migrations: Array<[string, Knex.Migration]> = [
   ['20261122000001_core', core],
@@ -29,6 +35,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261123000400_hardening', hardening],
   ['20261124001400_rate_limits', rateLimits],
   ['20261125000500_operations_unfinished', operationsUnfinished],
+  ['20261125000600_operations_start', operationsStart],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { randomBytes } from 'node:crypto';
-import { conflict } from '../../api/errors';
+import { conflict } from '../errors';
 import { randomBase62, type Keyring } from '../../common/crypto';
 import type { DbConnectionInfo, DbEngine, DbaasProvider } from '../../providers/dbaas.provider';
 import { whereVisibleService, type Principal } from '../principal';

@@ -1,4 +1,4 @@
-import { validationFailed } from '../../api/errors';
+import { validationFailed } from '../errors';
 import { MAX_NAME_LENGTH, OWNER_LABEL, normalizeTarget as targetOf, stripDot, toAscii } from '../../providers/dns.values';
 import { asValidationError } from './values';
 

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { ApiError, backendUnavailable, conflict, notFound, validationFailed } from '../../api/errors';
+import { DomainError, backendUnavailable, conflict, notFound, validationFailed } from '../errors';
 import { fingerprintRRsets, type DnsProvider, type DnsRRset, type RRsetType } from '../../providers/dns.provider';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../../providers/errors';
 import { etagOf, ifMatchAllows } from './etag';
@@ -18,8 +18,8 @@ export interface ZoneRecords {
   etag: string;
 }
 
-export function preconditionFailed(): ApiError {
-  return new ApiError(
+export function preconditionFailed(): DomainError {
+  return new DomainError(
     412,
     'invalid_request_error',
     'precondition_failed',
@@ -45,9 +45,9 @@ export async function readRRset(provider: DnsProvider, zone: string, fqdn: strin
 }
 
 /** A refusal by the server for one change, in the request's terms (`param` is where it applies). */
-function refusalAt(err: BackendRefusedError, param: string): ApiError {
+function refusalAt(err: BackendRefusedError, param: string): DomainError {
   return err.code === 'conflict'
-    ? new ApiError(409, 'invalid_request_error', 'conflict', err.message, param)
+    ? new DomainError(409, 'invalid_request_error', 'conflict', err.message, param)
     : validationFailed([{ param, message: err.message }]);
 }
 
@@ -134,7 +134,11 @@ export async function patchRRsets(
   ifMatch: string | undefined,
 ): Promise<{ applied: number; etag: string }> {
   return withZoneLock(db, zone, async () => {
-    const before = await readZone(provider, zone);
+    // A server that cannot be read stops the run before its first element: that element is the one
+    // that failed (`records.0`, `applied: 0`), as DECISIONS gives every failing element.
+    const before = await readZone(provider, zone).catch((err: unknown) => {
+      throw records.length > 0 ? stoppedAt(err, 'records.0', 0) : err;
+    });
     if (!ifMatchAllows(ifMatch, before.etag)) throw preconditionFailed();
     const current = before.all;
     for (let i = 0; i < records.length; i++) {
@@ -151,12 +155,12 @@ export async function patchRRsets(
 
 /** The error of PATCH element `index`, with its param under `records.N` and the count applied before it. */
 function stoppedAt(err: unknown, at: string, index: number): unknown {
-  let apiError: ApiError;
-  if (err instanceof ApiError) apiError = withParamPrefix(err, at) as ApiError;
-  else if (err instanceof BackendRefusedError) apiError = refusalAt(err, `${at}.values`);
-  else if (err instanceof BackendUnavailableError) apiError = backendUnavailable(err.backend);
-  else if (err instanceof BackendGoneError) apiError = conflict(err.message);
+  let domainError: DomainError;
+  if (err instanceof DomainError) domainError = withParamPrefix(err, at) as DomainError;
+  else if (err instanceof BackendRefusedError) domainError = refusalAt(err, `${at}.values`);
+  else if (err instanceof BackendUnavailableError) domainError = backendUnavailable(err.backend);
+  else if (err instanceof BackendGoneError) domainError = conflict(err.message);
   else return err;
-  const param = apiError.param?.startsWith(at) ? apiError.param : at;
-  return new ApiError(apiError.status, apiError.type, apiError.code, apiError.message, param, { ...apiError.extra, applied: index }, apiError.headers);
+  const param = domainError.param?.startsWith(at) ? domainError.param : at;
+  return new DomainError(domainError.status, domainError.type, domainError.code, domainError.message, param, { ...domainError.extra, applied: index });
 }

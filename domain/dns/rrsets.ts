@@ -1,4 +1,4 @@
-import { ApiError, conflict, validationFailed } from '../../api/errors';
+import { DomainError, conflict, validationFailed } from '../errors';
 import { RRSET_TYPES, type DnsRRset, type RRsetType } from '../../providers/dns.provider';
 import { absoluteName, relativeName } from './names';
 import { canonicalValue } from './values';
@@ -94,7 +94,7 @@ export function assertCnameExclusive(existing: readonly DnsRRset[], zone: string
 
 /** The same error with its `param` (and per-field errors) under `prefix`: `values.0` -> `records.3.values.0`. */
 export function withParamPrefix(err: unknown, prefix: string): unknown {
-  if (!(err instanceof ApiError)) return err;
+  if (!(err instanceof DomainError)) return err;
   const at = (p: string | null) => (p ? `${prefix}.${p}` : prefix);
   const extra = { ...err.extra };
   if (Array.isArray(extra.errors)) {
@@ -104,5 +104,5 @@ export function withParamPrefix(err: unknown, prefix: string): unknown {
     err.code === 'validation_failed' && err.param && err.message.startsWith(`${err.param}:`)
       ? `${at(err.param)}${err.message.slice(err.param.length)}`
       : err.message;
-  return new ApiError(err.status, err.type, err.code, message, at(err.param), extra, err.headers);
+  return new DomainError(err.status, err.type, err.code, message, at(err.param), extra);
 }

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { ApiError, notFound, validationFailed } from '../../api/errors';
+import { DomainError, notFound, validationFailed } from '../errors';
 import { whereVisibleService, type Principal } from '../principal';
 import { ServiceModel } from '../../db/models';
 import type { ServiceRow } from '../services';
@@ -220,9 +220,9 @@ function writeSlots(db: Knex): Slots {
 }
 
 /** A refusal as the order's answer: `400` at `options.zone`. */
-function orderRefusal(refusal: ZoneRefusal): ApiError {
+function orderRefusal(refusal: ZoneRefusal): DomainError {
   if (refusal.reason === 'public_suffix') return validationFailed([{ param: 'options.zone', message: refusal.message }]);
-  return new ApiError(400, 'invalid_request_error', 'hostname_taken', refusal.message, 'options.zone');
+  return new DomainError(400, 'invalid_request_error', 'hostname_taken', refusal.message, 'options.zone');
 }
 
 /**

@@ -1,4 +1,4 @@
-import { validationFailed } from '../../api/errors';
+import { validationFailed } from '../errors';
 import type { RRsetType } from '../../providers/dns.provider';
 import * as grammar from '../../providers/dns.values';
 

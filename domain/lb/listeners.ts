@@ -1,5 +1,5 @@
-import type { FieldError } from '../../api/errors';
-import { validationFailed } from '../../api/errors';
+import type { FieldError } from '../errors';
+import { validationFailed } from '../errors';
 import type { LbListener } from '../../providers/lb.provider';
 import { listenerErrors, normalizeListeners, type ListenerRuleOptions } from '../../providers/lb.rules';
 

@@ -1,10 +1,10 @@
 import type { ServiceFamily } from '../../common/families';
 import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
-import { iso } from '../../api/schemas';
+import { iso } from '../../common/time';
 import { getOrder, type OrderRecord } from './store';
 import type { InvoiceView, OperationInvoice, ProductOption, ProductRecord, ServiceBillingView } from '../../providers/billing.provider';
-import type { FieldError } from '../../api/errors';
+import type { FieldError } from '../errors';
 import { canSeeService, type Principal } from '../principal';
 import { presentService, type ServiceRow } from '../services';
 

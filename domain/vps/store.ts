@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
-import { conflict } from '../../api/errors';
+import { conflict } from '../errors';
 import type { HypervisorProvider, MachineType } from '../../providers/hypervisor.provider';
 import { whereVisibleService, type Principal } from '../principal';
-import type { OperationGuard } from '../operations';
+import type { OperationGuard } from '../operations/guards';
 import { findVisibleService, type ServiceRead, type ServiceRow } from '../services';
 
 /**

@@ -4,7 +4,7 @@ import { newUlidId, parseNumericId } from '../../common/ids';
 import type { Logger } from '../../common/logger';
 import type { Db } from '../../db/knex';
 import { EVENTS_CHANNEL } from '../events';
-import type { TemporalGateway } from '../temporal';
+import type { TemporalGateway } from '../../infra/temporal';
 import { deliverToEndpoint, eventBody } from './webhooks';
 
 interface EventRow {

@@ -2,11 +2,11 @@ import type { Knex } from 'knex';
 import type { Config } from '../../common/config';
 import { randomBase62 } from '../../common/crypto';
 import { formatId, parseNumericId, parseUlidId } from '../../common/ids';
-import { notFound } from '../../api/errors';
-import { iso } from '../../api/schemas';
+import { notFound } from '../errors';
+import { iso } from '../../common/time';
 import { EVENT_TYPES } from '../events';
 import { canSeeService, visibleServiceIds, type Principal } from '../principal';
-import type { TemporalGateway } from '../temporal';
+import type { TemporalGateway } from '../../infra/temporal';
 import { webhookDeliveriesSignal, type WebhookEndpointInput } from '../../workflows/webhooks/webhook-endpoint.workflow';
 
 /** Keyring purpose of the sealed webhook secrets (never stored, logged or passed to a workflow in clear). */

@@ -1,36 +1,12 @@
 import { defineQuery, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { OperationActivities } from '../../activities/operations.activities';
+import type { OperationError, OperationState } from '../../domain/operations/contract';
 
 /**
- * The contract between an operation's workflow and the API. Every asynchronous endpoint starts a
- * workflow whose id is the operation id; the workflow answers `operationState` and records every
- * transition in PostgreSQL (so finished operations are read without a replay, and a Temporal outage
- * still leaves the last state to serve with `stale: true`).
+ * The contract between an operation's workflow and the control plane lives with the other
+ * operation modules (domain/operations/contract.ts); the workflow kit names it for workflows.
  */
-export type OperationStatus = 'pending' | 'running' | 'succeeded' | 'failed';
-
-export interface OperationError {
-  code: string;
-  message: string;
-  step?: string;
-  [key: string]: unknown;
-}
-
-export interface OperationState {
-  status: OperationStatus;
-  progress: number | null;
-  result: unknown;
-  error: OperationError | null;
-}
-
-export interface OperationTransition extends Partial<OperationState> {
-  operationId: string;
-}
-
-/** Every operation workflow takes an input that names its operation. */
-export interface OperationInput {
-  operationId: string;
-}
+export type { OperationError, OperationInput, OperationState, OperationStatus, OperationTransition } from '../../domain/operations/contract';
 
 export const operationStateQuery = defineQuery<OperationState>('operationState');
 

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import { attachDbaasInstance, findInstance } from '../../../domain/dbaas/store';
 import { findServiceOfFamily } from '../../../domain/services';
-import { conflict } from '../../errors';
+import { conflict } from '../../../domain/errors';
 import { defineDevRoute } from '../../route';
 import { idParams } from './schemas';
 

@@ -1,15 +1,16 @@
 import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
-import { requireActionable, requireCapability } from '../../../domain/services';
+import { findTarget } from '../../../domain/services';
 import { adminPassword, changeAdminPassword, findVisibleDbaas, requireInstance, visibleDbaasQuery, type DbaasTarget } from '../../../domain/dbaas/store';
 import { checkDatabaseName, checkUserRef, checkUsername, parseUserId } from '../../../domain/dbaas/validation';
 import type { DbEngine, DbUserRef } from '../../../providers/dbaas.provider';
 import { BackendGoneError, liveRead } from '../../../providers/errors';
 import type { AppDeps } from '../../deps';
-import { notFound, validationFailed } from '../../errors';
-import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { notFound, validationFailed } from '../../../domain/errors';
+import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
+import { defineBackendList } from '../../route-presets';
 import { OperationSchema, listOf } from '../../schemas';
 import { accepted, startOperation } from '../../start-operation';
 import {
@@ -53,10 +54,7 @@ const resourceOf = (target: DbaasTarget) => ({ object: 'dbaas' as const, id: for
 
 /** A visible dbaas service whose `capability` is true, with its instance (409 while it has none). */
 async function instanceTarget(deps: AppDeps, principal: Principal, id: string, capability: string | null, action?: string) {
-  const target = await findVisibleDbaas(deps.db, principal, id);
-  if (capability) requireCapability(target.service, capability);
-  // A change (named by `action`) needs a service that takes actions (409 when suspended, terminated...).
-  if (action) requireActionable(target.service, action);
+  const target = await findTarget(() => findVisibleDbaas(deps.db, principal, id), { capability, action });
   return { target, instance: requireInstance(target) };
 }
 
@@ -92,7 +90,6 @@ export const dbaasRoutes = [
       "From the control plane's database: `engine`, `version`, `state`, `host` and `plan` are `null`, and `capabilities` leaves out `databases` and `users` (absent means not queried, which differs from `false`). Read one service for live values.",
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'A page of database services, newest first', schema: listOf(DbaasSchema, 'DbaasList') }],
@@ -122,7 +119,6 @@ export const dbaasRoutes = [
       'Live fields come from the instance; when it does not answer in time, `version`, `state` and `host` are `null`, `capabilities` leaves out `databases` and `users`, and the call still succeeds.',
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'The database service', schema: DbaasSchema }],
@@ -141,7 +137,6 @@ export const dbaasRoutes = [
       "Host, port, default database, admin username, TLS mode and the CA certificate that signed the server's certificate. Never a password, nor a URI containing one (see POST .../credentials). From the control plane's records: it answers while the instance is down.",
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'Connection details', schema: DbaasConnectionSchema }, NO_INSTANCE],
@@ -159,7 +154,6 @@ export const dbaasRoutes = [
       'Returns the admin user and its password in clear; rotates nothing. A POST on purpose: not cacheable, audited as a mutation, never replayed by Idempotency-Key. The password is kept sealed at rest.',
     tag: TAG,
     scope: 'dbaas:credentials',
-    credential: 'credential',
     marks: [],
     returnsSecret: true,
     params: idParams,
@@ -169,25 +163,23 @@ export const dbaasRoutes = [
       return { body: { object: 'dbaas_credentials' as const, username: instance.admin_username, password: adminPassword(deps.keyring, instance) } };
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/dbaas/{id}/databases',
     operationId: 'listDbaasDatabases',
     summary: 'List the databases of a database service',
     description: 'Read from the instance (system databases left out), by name. `owner` on PostgreSQL, `charset` and `collation` on MySQL.',
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Databases', schema: listOf(DbaasDatabaseSchema, 'DbaasDatabaseList') }, NO_INSTANCE],
-    async handler({ params, query, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'databases');
-      const databases = await deps.providers.dbaas.listDatabases(instance.instance);
-      const page = pageOfItems(deps.cursors, listFingerprint(`dbaas.databases:${instance.service_id}`, {}), databases, (d) => d.name, query);
-      return { body: listEnvelope(page.data.map(presentDatabase), page) };
-    },
+    item: DbaasDatabaseSchema,
+    listId: 'DbaasDatabaseList',
+    listed: 'Databases',
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'databases')).instance,
+    items: (instance, deps) => deps.providers.dbaas.listDatabases(instance.instance),
+    list: (instance) => listFingerprint(`dbaas.databases:${instance.service_id}`, {}),
+    sortKey: (d) => d.name,
+    present: presentDatabase,
   }),
   defineRoute({
     method: 'post',
@@ -198,7 +190,6 @@ export const dbaasRoutes = [
       "Body `name`; `owner` applies to PostgreSQL only (a user of the instance, never the engine's own superuser or predefined roles; default the admin), `charset` and `collation` to MySQL only; each engine ignores the others'. The response has no size or table count. `409 conflict` when it exists.",
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: idParams,
     body: CreateDatabaseBody,
@@ -226,7 +217,6 @@ export const dbaasRoutes = [
       "Drops the database and everything in it; its open sessions are ended first. `404` when there is no such database, `400` for one of the engine's own (`postgres`, `template1`, `mysql`...).",
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: databaseParams,
     responses: [{ status: 204, description: 'Dropped' }, NO_INSTANCE],
@@ -238,8 +228,7 @@ export const dbaasRoutes = [
       return { status: 204 };
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/dbaas/{id}/users',
     operationId: 'listDbaasUsers',
     summary: 'List the users of a database service',
@@ -247,17 +236,16 @@ export const dbaasRoutes = [
       "Read from the instance, the admin included (`is_admin`); the engine's and the control plane's own accounts are left out. On MySQL the same name may appear with several hosts: the `user@host` pair is the user's `id`.",
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Users', schema: listOf(DbaasUserSchema, 'DbaasUserList') }, NO_INSTANCE],
-    async handler({ params, query, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users');
-      const users = await deps.providers.dbaas.listUsers(instance.instance);
-      const page = pageOfItems(deps.cursors, listFingerprint(`dbaas.users:${instance.service_id}`, {}), users, (u) => u.id, query);
-      return { body: listEnvelope(page.data.map(presentUser), page) };
-    },
+    item: DbaasUserSchema,
+    listId: 'DbaasUserList',
+    listed: 'Users',
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'users')).instance,
+    items: (instance, deps) => deps.providers.dbaas.listUsers(instance.instance),
+    list: (instance) => listFingerprint(`dbaas.users:${instance.service_id}`, {}),
+    sortKey: (u) => u.id,
+    present: presentUser,
   }),
   defineRoute({
     method: 'post',
@@ -268,7 +256,6 @@ export const dbaasRoutes = [
       'Body `username` and `password` (12 to 128 characters). The password goes to the engine and nowhere else: it is not stored, not returned, not logged. On MySQL the user is `username@%`. `409 conflict` when it exists.',
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: idParams,
     body: CreateUserBody,
@@ -291,7 +278,6 @@ export const dbaasRoutes = [
       "Ends the user's open sessions, then removes it; deletes no data (on PostgreSQL what it owned passes to the admin). On MySQL a name alone removes every host of that name, `user@host` one account. The admin cannot be deleted (`409`). `404` when there is no such user; `400` for the engine's and the control plane's own accounts (`postgres`, `pg_*`, `root`...), which are never listed.",
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: userParams,
     responses: [{ status: 204, description: 'Deleted' }, NO_INSTANCE],
@@ -311,7 +297,6 @@ export const dbaasRoutes = [
       "Body `password`. Effective immediately for new logins; works for the admin user too (POST .../credentials then returns the new one). The password is not stored (the admin's is kept sealed), not returned, not logged. `400` for the engine's and the control plane's own accounts.",
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: userParams,
     body: PasswordBody,
@@ -337,7 +322,6 @@ export const dbaasRoutes = [
       'Stops and starts the server: every open connection is dropped. Answers `202` with a `dbaas.restart` operation that is already complete (the restart happens before the answer).',
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: idParams,
     responses: [{ status: 202, description: 'The completed `dbaas.restart` operation', schema: OperationSchema }, NO_INSTANCE],
@@ -364,7 +348,6 @@ export const dbaasRoutes = [
     description: "The last `lines` entries (default 100, at most 1000) of the engine's own log, oldest to newest. Statements are never written to it.",
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     query: LogsQuery,
@@ -384,7 +367,6 @@ export const dbaasRoutes = [
       "A snapshot read from the engine's own statistics views (PostgreSQL `pg_stat_*`, MariaDB global status); a figure the engine does not keep is `null`.",
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'Statistics', schema: DbaasStatsSchema }, NO_INSTANCE],
@@ -393,8 +375,7 @@ export const dbaasRoutes = [
       return { body: presentStats(await deps.providers.dbaas.stats(instance.instance)) };
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/dbaas/{id}/backups',
     operationId: 'listDbaasBackups',
     summary: 'List the backups of a database service',
@@ -402,17 +383,16 @@ export const dbaasRoutes = [
       "Newest first, with `status` (`running`, `completed`, `failed`) and `size_bytes` once completed. A backup is a dump made by the engine's own tool (pg_dumpall, mariadb-dump).",
     tag: TAG,
     scope: 'dbaas:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Backups', schema: listOf(DbaasBackupSchema, 'DbaasBackupList') }, NO_INSTANCE],
-    async handler({ params, query, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'backups');
-      const backups = await deps.providers.dbaas.listBackups(instance.instance);
-      const page = pageOfItems(deps.cursors, listFingerprint(`dbaas.backups:${instance.service_id}`, {}), backups, backupSortKey, query);
-      return { body: listEnvelope(page.data.map(presentBackup), page) };
-    },
+    item: DbaasBackupSchema,
+    listId: 'DbaasBackupList',
+    listed: 'Backups',
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'backups')).instance,
+    items: (instance, deps) => deps.providers.dbaas.listBackups(instance.instance),
+    list: (instance) => listFingerprint(`dbaas.backups:${instance.service_id}`, {}),
+    sortKey: backupSortKey,
+    present: presentBackup,
   }),
   defineRoute({
     method: 'post',
@@ -423,7 +403,6 @@ export const dbaasRoutes = [
       'Answers `202` as the dump starts (`503` when the instance does not answer). The `dbaas.backup` operation carries `result.backup_id` at once and succeeds when the backup is on the list as `completed`, with `result.size_bytes`; it fails (`upstream_error`) when the dump tool does not finish.',
     tag: TAG,
     scope: 'dbaas:write',
-    credential: 'credential',
     marks: ['R', 'A', 'I'],
     params: idParams,
     responses: [{ status: 202, description: 'The `dbaas.backup` operation', schema: OperationSchema }, NO_INSTANCE],

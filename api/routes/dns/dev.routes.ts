@@ -3,7 +3,7 @@ import { normalizeZoneName } from '../../../domain/dns/names';
 import { DnsZoneProvisioner, zoneDefaults } from '../../../domain/dns/provisioner';
 import { findZoneOfService } from '../../../domain/dns/store';
 import { findServiceOfFamily } from '../../../domain/services';
-import { notFound } from '../../errors';
+import { notFound } from '../../../domain/errors';
 import { defineDevRoute } from '../../route';
 import { idParam } from '../../schemas';
 import { presentZone } from './schemas';

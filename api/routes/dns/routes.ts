@@ -4,7 +4,7 @@ import { deleteRRset, patchRRsets, putRRset, readRecords, readRRset } from '../.
 import { parseRRsetChange, parseRRsetType } from '../../../domain/dns/rrsets';
 import { findVisibleZone, recordZoneFacts, visibleZonesQuery, type DnsZoneRow } from '../../../domain/dns/store';
 import type { Principal } from '../../../domain/principal';
-import { requireActionable, requireCapability } from '../../../domain/services';
+import { findTarget } from '../../../domain/services';
 import { liveRead } from '../../../providers/errors';
 import type { AppDeps } from '../../deps';
 import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
@@ -51,9 +51,10 @@ const ifMatch = (header: string | string[] | undefined) => (Array.isArray(header
  * service is found here until its teardown frees the name, so that the answer says why.
  */
 async function writableZone(deps: AppDeps, principal: Principal, rawZone: string): Promise<DnsZoneRow> {
-  const { zone, service } = await findVisibleZone(deps.db, principal, rawZone, { ended: true });
-  requireCapability(service, 'records');
-  requireActionable(service, 'a change of DNS records');
+  const { zone } = await findTarget(() => findVisibleZone(deps.db, principal, rawZone, { ended: true }), {
+    capability: 'records',
+    action: 'a change of DNS records',
+  });
   return zone;
 }
 
@@ -66,7 +67,6 @@ export const dnsRoutes = [
     description: "From the control plane's database: `serial` and `record_count` are `null` (read one zone for live values). Newest first.",
     tag: TAG,
     scope: 'dns:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'A page of zones', schema: listOf(DnsZoneSchema, 'DnsZoneList') }],
@@ -94,7 +94,6 @@ export const dnsRoutes = [
     description: 'Live fields come from the DNS server; if it does not answer in time, `serial` and `record_count` are `null` and the call still succeeds.',
     tag: TAG,
     scope: 'dns:read',
-    credential: 'credential',
     marks: [],
     params: zoneParams,
     responses: [{ status: 200, description: 'The zone', schema: DnsZoneSchema }],
@@ -115,13 +114,11 @@ export const dnsRoutes = [
     description: 'The zone file exactly as the DNS server writes it (`text/plain`, one record per line, absolute names).',
     tag: TAG,
     scope: 'dns:read',
-    credential: 'credential',
     marks: [],
     params: zoneParams,
     responses: [{ status: 200, description: 'The zone file', schema: z.string(), contentType: 'text/plain' }, UNAVAILABLE],
     async handler({ params, principal, deps }) {
-      const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
-      requireCapability(service, 'export');
+      const { zone } = await findTarget(() => findVisibleZone(deps.db, principal, params.zone), { capability: 'export' });
       return { body: await deps.providers.dns.exportZone(zone.name) };
     },
   }),
@@ -133,7 +130,6 @@ export const dnsRoutes = [
     description: `One item per name and type, with all its \`values\`, read from the DNS server (the SOA is the server's own and not listed; see the zone's \`serial\` and the export). ${ETAG_NOTE}`,
     tag: TAG,
     scope: 'dns:read',
-    credential: 'credential',
     marks: [],
     params: zoneParams,
     query: z.object({ ...paginationQuery() }),
@@ -142,8 +138,7 @@ export const dnsRoutes = [
       UNAVAILABLE,
     ],
     async handler({ params, query, principal, deps }) {
-      const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
-      requireCapability(service, 'records');
+      const { zone } = await findTarget(() => findVisibleZone(deps.db, principal, params.zone), { capability: 'records' });
       const { rrsets, etag } = await readRecords(deps.providers.dns, zone.name);
       const page = pageOfItems(deps.cursors, listFingerprint('dns.records', { zone: zone.name }), rrsets, rrsetSortKey, query);
       return {
@@ -163,13 +158,11 @@ export const dnsRoutes = [
     description: ETAG_NOTE,
     tag: TAG,
     scope: 'dns:read',
-    credential: 'credential',
     marks: [],
     params: rrsetParams,
     responses: [{ status: 200, description: 'The RRset', schema: DnsRRsetSchema }, UNAVAILABLE],
     async handler({ params, principal, deps }) {
-      const { zone, service } = await findVisibleZone(deps.db, principal, params.zone);
-      requireCapability(service, 'records');
+      const { zone } = await findTarget(() => findVisibleZone(deps.db, principal, params.zone), { capability: 'records' });
       const fqdn = absoluteName(params.name, zone.name);
       const { rrset, etag } = await readRRset(deps.providers.dns, zone.name, fqdn, parseRRsetType(params.type));
       return { headers: { ETag: etag }, body: presentRRset(rrset, zone.name) };
@@ -183,7 +176,6 @@ export const dnsRoutes = [
     description: `Replaces every value of that name and type (creating the RRset when there is none). Each value is checked for its type (\`400 validation_failed\`, param \`values.N\`); a CNAME cannot share its name with other types (\`409 conflict\`). ${IF_MATCH_NOTE} The answer carries the zone's new ETag.`,
     tag: TAG,
     scope: 'dns:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: rrsetParams,
     body: PutRRsetBody,
@@ -204,7 +196,6 @@ export const dnsRoutes = [
     description: `Deletes every value of that name and type (404 when there is none). ${IF_MATCH_NOTE} The answer (204) carries the zone's new ETag.`,
     tag: TAG,
     scope: 'dns:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: rrsetParams,
     responses: [{ status: 204, description: 'Deleted' }, CONFLICT, PRECONDITION, UNAVAILABLE],
@@ -223,7 +214,6 @@ export const dnsRoutes = [
     description: `Body \`records\`: each element \`{name, type, ttl?, values}\` replaces its RRset; \`values: []\` deletes it. Elements apply in order. The first one that fails stops the run: the error (\`400\` invalid, \`409\` conflict, \`503\` backend) has \`param\` \`records.N...\` and \`applied: N\`, and the elements before it stay applied. A body whose JSON shape is wrong is refused before anything applies. ${IF_MATCH_NOTE}`,
     tag: TAG,
     scope: 'dns:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: zoneParams,
     body: PatchRecordsBody,

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { FieldError } from '../../errors';
+import type { FieldError } from '../../../domain/errors';
 import type { Principal } from '../../../domain/principal';
-import { requireActionable, requireCapability } from '../../../domain/services';
+import { findTarget } from '../../../domain/services';
 import {
   backendErrors,
   backendIpProblem,
@@ -17,9 +17,10 @@ import { reconcileBalancer } from '../../../domain/lb/reconcile';
 import { BackendRefusedError, liveRead } from '../../../providers/errors';
 import type { LbListener } from '../../../providers/lb.provider';
 import type { AppDeps } from '../../deps';
-import { conflict, notFound, validationFailed } from '../../errors';
-import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { conflict, notFound, validationFailed } from '../../../domain/errors';
+import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
+import { defineBackendList } from '../../route-presets';
 import { listOf } from '../../schemas';
 import {
   BackendBody,
@@ -58,10 +59,7 @@ const backendListFingerprint = (serviceId: number) => listFingerprint('lb-backen
 
 /** A visible balancer whose `capability` is true; for a change (`action` named), one whose service takes actions (409 otherwise). */
 async function capableTarget(deps: AppDeps, principal: Principal, id: string, capability: string, action?: string): Promise<LbTarget> {
-  const target = await findVisibleLb(deps.db, principal, id);
-  requireCapability(target.service, capability);
-  if (action) requireActionable(target.service, action);
-  return target;
+  return findTarget(() => findVisibleLb(deps.db, principal, id), { capability, action });
 }
 
 /**
@@ -126,7 +124,6 @@ export const lbRoutes = [
       "From the control plane's database: `provisioning_state`, `healthy` and `listener_count` are `null` (read one load balancer for them). A page may hold fewer items than `limit` while `has_more` is true: the page is read from the account's services and then filtered to load balancers. Follow `next_cursor` until `has_more` is false.",
     tag: TAG,
     scope: 'lb:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'A page of load balancers, newest first', schema: listOf(LoadBalancerSchema, 'LoadBalancerList') }],
@@ -154,7 +151,6 @@ export const lbRoutes = [
       '`provisioning_state`, `healthy` and `listener_count` come from the balancer; if it does not answer in time they are `null` and the call still succeeds.',
     tag: TAG,
     scope: 'lb:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'The load balancer', schema: LoadBalancerSchema }],
@@ -164,24 +160,22 @@ export const lbRoutes = [
       return { body: presentLoadBalancer(service, balancer, live) };
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/load-balancers/{id}/listeners',
     operationId: 'listLoadBalancerListeners',
     summary: 'List the listeners of a load balancer, with their backends',
     description: 'The complete configuration the balancer runs (the last one applied), listeners sorted by name. Empty until the balancer is built.',
     tag: TAG,
     scope: 'lb:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'A page of listeners', schema: listOf(ListenerSchema, 'LbListenerList') }],
-    async handler({ params, query, principal, deps }) {
-      const { service, balancer } = await capableTarget(deps, principal, params.id, 'listeners');
-      const page = pageOfItems(deps.cursors, listenerListFingerprint(service.id), presentListeners(balancer?.listeners ?? []), (l) => l.name, query);
-      return { body: listEnvelope(page.data, page) };
-    },
+    item: ListenerSchema,
+    listId: 'LbListenerList',
+    listed: 'A page of listeners',
+    target: ({ params, principal, deps }) => capableTarget(deps, principal, params.id, 'listeners'),
+    items: ({ balancer }) => presentListeners(balancer?.listeners ?? []),
+    list: ({ service }) => listenerListFingerprint(service.id),
+    sortKey: (l) => l.name,
+    present: (l) => l,
   }),
   defineRoute({
     method: 'put',
@@ -192,7 +186,6 @@ export const lbRoutes = [
       "Body `listeners`: the complete set. Listeners not in it are deleted with their backends; `[]` stops all traffic. Checked and applied (a configuration reload that drops no connection) before the answer. An invalid set (bad address, a backend pointing where backends may not (link-local/metadata, the platform's own servers and balancers, loopback outside development), a port used twice or already taken on the balancer's address, a listener without backends, more than the plan allows) applies nothing and answers `400 validation_failed` with the failing `param` (`listeners.1.port`, `listeners.0.backends.2.ip`).",
     tag: TAG,
     scope: 'lb:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: idParams,
     body: ListenersBody,
@@ -226,24 +219,22 @@ export const lbRoutes = [
       return { body: listEnvelope(all, { hasMore: false, nextCursor: null }) };
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/load-balancers/{id}/backends',
     operationId: 'listLoadBalancerBackends',
     summary: 'List the backends of all listeners of a load balancer',
     description: 'Flattened: one item per backend, each with the name of its `listener`; sorted by listener, address and port.',
     tag: TAG,
     scope: 'lb:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'A page of backends', schema: listOf(BackendSchema, 'LbBackendList') }],
-    async handler({ params, query, principal, deps }) {
-      const { service, balancer } = await capableTarget(deps, principal, params.id, 'backends');
-      const page = pageOfItems(deps.cursors, backendListFingerprint(service.id), presentBackends(balancer?.listeners ?? []), backendSortKey, query);
-      return { body: listEnvelope(page.data, page) };
-    },
+    item: BackendSchema,
+    listId: 'LbBackendList',
+    listed: 'A page of backends',
+    target: ({ params, principal, deps }) => capableTarget(deps, principal, params.id, 'backends'),
+    items: ({ balancer }) => presentBackends(balancer?.listeners ?? []),
+    list: ({ service }) => backendListFingerprint(service.id),
+    sortKey: backendSortKey,
+    present: (b) => b,
   }),
   defineRoute({
     method: 'post',
@@ -254,7 +245,6 @@ export const lbRoutes = [
       'Body `listener`, `ip`, `port` (and `weight`, default 1). The whole resulting configuration is checked and applied before the answer, all or nothing: an unknown listener, a bad address, an address or port backends may not point at (see `ip`; `param` `ip` or `port`) or a backend the listener already has answers `400 validation_failed` and changes nothing.',
     tag: TAG,
     scope: 'lb:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: idParams,
     body: BackendBody,
@@ -299,7 +289,6 @@ export const lbRoutes = [
       "The backend is `listener/ip/port`; percent-encode an IPv6 address (`2001%3Adb8%3A%3A11`). Applied before the answer. A listener's last backend cannot be removed (`400 validation_failed`): replace the listener set to remove the listener itself.",
     tag: TAG,
     scope: 'lb:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: backendParams,
     responses: [{ status: 204, description: 'Removed and applied' }, NOT_BUILT],
@@ -337,7 +326,6 @@ export const lbRoutes = [
       "Per listener: state, current connections, bytes in and out since the balancer last started (configuration changes keep counting), and each backend's health (`unknown` without a health check). No history. When the balancer does not answer, every listener is `unknown` with zero counters.",
     tag: TAG,
     scope: 'lb:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'The statistics', schema: LbStatsSchema }],

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { formatId, parseNumericId } from '../../../common/ids';
 import { followInvoice } from '../../../domain/orders/store';
 import { orderInvoicePaidSignal } from '../../../workflows/orders/signals';
-import { conflict, notFound } from '../../errors';
+import { conflict, notFound } from '../../../domain/errors';
 import { defineDevRoute } from '../../route';
 
 /**

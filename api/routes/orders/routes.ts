@@ -7,7 +7,7 @@ import { type BillingCycle } from '../../../providers/billing.provider';
 import { cancelOrder, createOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
 import { orderCancelledSignal } from '../../../workflows/orders/signals';
 import type { AppDeps } from '../../deps';
-import { ApiError, notFound, validationFailed, type FieldError } from '../../errors';
+import { DomainError, notFound, validationFailed, type FieldError } from '../../../domain/errors';
 import { listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { OperationSchema, idParam, listOf } from '../../schemas';
@@ -40,7 +40,6 @@ export const orderRoutes = [
       'Products in the account currency with their `prices` per billing cycle actually sold and their `options`. Hidden and retired products are not listed. `limit` defaults to 100 here. `family` matches the Service family (`other` included) or the catalog family (`wordpress`, `images`, `serverless`).',
     tag: 'Orders',
     scope: 'orders:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery(PRODUCTS_PAGE_DEFAULT), family: z.enum(FAMILY_FILTER).optional() }),
     responses: [{ status: 200, description: 'A page of products, newest first', schema: listOf(ProductSchema, 'ProductList') }],
@@ -63,7 +62,6 @@ export const orderRoutes = [
       'One is flagged `default` (used when an order names none). An invoice not settled by account credit stays pending until it is paid through the panel.',
     tag: 'Orders',
     scope: 'orders:read',
-    credential: 'credential',
     marks: [],
     responses: [{ status: 200, description: 'Every payment method (one page)', schema: listOf(PaymentMethodSchema, 'PaymentMethodList') }],
     async handler({ deps }) {
@@ -80,7 +78,6 @@ export const orderRoutes = [
       'Requires `Idempotency-Key`. Validated before billing: an unknown or retired product, an unsold cycle, bad options or an unknown payment method are `400 validation_failed`; `invalid_promocode`; `hostname_taken` for a taken site name, or for a DNS zone that another service or live order holds, that contains or lies inside a zone of another account, or that overlaps a name the platform reserves (`DNS_RESERVED_ZONES`, the domains of its name servers); a zone that is a public suffix (`co.uk`, `github.io`) is `validation_failed`. Answers 202 with an `orders.create` operation: `running` when the invoice is settled at once (free, 100 % promo, account credit); otherwise `pending` with `result.invoice.payment_url` until paid (no timeout). It succeeds with `result.service` once the service is active, or fails with `provisioning_timeout` (30 min) or `order_cancelled`.',
     tag: 'Orders',
     scope: 'orders:write',
-    credential: 'credential',
     marks: ['R', 'A', 'I'],
     idempotencyKey: 'required',
     body: CreateOrderBody,
@@ -115,13 +112,13 @@ export const orderRoutes = [
       }
 
       const invalidPromo = (reason?: string) =>
-        new ApiError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');
+        new DomainError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');
       if (body.promo_code) {
         const promo = await billing.checkPromo(body.promo_code, product, cycle);
         if (!promo.ok) throw invalidPromo(promo.reason);
       }
       const hostnameTaken = () =>
-        new ApiError(400, 'invalid_request_error', 'hostname_taken', `The site name "${body.site_name}" is already taken.`, 'site_name');
+        new DomainError(400, 'invalid_request_error', 'hostname_taken', `The site name "${body.site_name}" is already taken.`, 'site_name');
       if (body.site_name && (await isSiteNameTaken(deps.db, body.site_name))) throw hostnameTaken();
       const paymentMethod = body.payment_method ?? (methods.find((m) => m.default) ?? methods[0]).id;
 
@@ -169,7 +166,7 @@ export const orderRoutes = [
           },
         })
         .catch(async (err: unknown) => {
-          if (err instanceof ApiError && err.code === 'backend_unavailable') await undoOrder();
+          if (err instanceof DomainError && err.code === 'backend_unavailable') await undoOrder();
           throw err;
         });
       return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: { ...op, result: initialResult } };
@@ -184,7 +181,6 @@ export const orderRoutes = [
       "Newest first, with each order's invoice and created services. Filter by `status`. Orders whose service the credential cannot see are left out, so a page may hold fewer than `limit` orders while `has_more` is true.",
     tag: 'Orders',
     scope: 'orders:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery(), status: z.enum(['pending', 'active', 'cancelled']).optional() }),
     responses: [{ status: 200, description: 'A page of orders', schema: listOf(OrderSchema, 'OrderList') }],
@@ -206,7 +202,6 @@ export const orderRoutes = [
     description: "Another account's order, or one whose service the credential cannot see, is `404`.",
     tag: 'Orders',
     scope: 'orders:read',
-    credential: 'credential',
     marks: [],
     params: z.object({ id: idParam('ord_1') }),
     responses: [{ status: 200, description: 'The order', schema: OrderSchema }],
@@ -227,7 +222,6 @@ export const orderRoutes = [
       'An order whose service the credential cannot see is `404`. An unpaid order is voided at once with its invoice, and its operation fails with `order_cancelled`. An active order gets a cancellation request per service (`type`: `immediate` or `end_of_cycle`, default `end_of_cycle`) that billing carries out; nothing is destroyed by this call. Cancelling again answers the order as it is.',
     tag: 'Orders',
     scope: 'orders:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: z.object({ id: idParam('ord_1') }),
     body: CancelOrderBody,

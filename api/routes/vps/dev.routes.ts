@@ -3,7 +3,7 @@ import { formatId, parseNumericId } from '../../../common/ids';
 import { attachVpsMachine, findServer } from '../../../domain/vps/store';
 import { findServiceOfFamily } from '../../../domain/services';
 import { TASK_KINDS } from '../../../providers/hypervisor.provider';
-import { notFound } from '../../errors';
+import { notFound } from '../../../domain/errors';
 import { defineDevRoute } from '../../route';
 import { HOSTNAME_RE, idParams } from './schemas';
 

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
-import { requireActionable, requireCapability, visibleServiceId } from '../../../domain/services';
-import type { WorkflowInput } from '../../../domain/operations';
+import { findTarget, visibleServiceId } from '../../../domain/services';
+import type { WorkflowInput } from '../../../domain/operations/start';
 import {
   claimReinstall,
   findVisibleVps,
@@ -19,9 +19,10 @@ import { ROOT_PASSWORD_PURPOSE } from '../../../domain/vps/secrets';
 import { liveRead } from '../../../providers/errors';
 import { BACKUP_ID_PATTERN, TIMEFRAMES, type BackupVolume } from '../../../providers/hypervisor.provider';
 import type { AppDeps } from '../../deps';
-import { notFound, unsupportedForProduct, validationFailed } from '../../errors';
-import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { notFound, unsupportedForProduct, validationFailed } from '../../../domain/errors';
+import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
+import { defineBackendList } from '../../route-presets';
 import { OperationSchema, listOf } from '../../schemas';
 import { startOperation, type OperationStart } from '../../start-operation';
 import {
@@ -75,9 +76,7 @@ const resourceOf = (serviceId: number) => ({ object: 'vps' as const, id: formatI
  * has the service suspended or terminated.
  */
 async function machineTarget(deps: AppDeps, principal: Principal, id: string, capability: string, action?: string) {
-  const target = await findVisibleVps(deps.db, principal, id);
-  requireCapability(target.service, capability);
-  if (action) requireActionable(target.service, action);
+  const target = await findTarget(() => findVisibleVps(deps.db, principal, id), { capability, action });
   return { target, server: requireMachine(target) };
 }
 
@@ -124,7 +123,6 @@ export const vpsRoutes = [
       "From the control plane's database: `state`, `os_hostname`, `uptime_seconds`, `cpu`, `memory` and `disk` are `null` (read one VPS for live values).",
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'A page of VPS, newest first', schema: listOf(VpsSchema, 'VpsList') }],
@@ -152,7 +150,6 @@ export const vpsRoutes = [
     description: 'Live fields come from the hypervisor; if it does not answer in time they are `null` and the call still succeeds.',
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'The VPS', schema: VpsSchema }],
@@ -175,7 +172,6 @@ export const vpsRoutes = [
       "Body `hostname`. On `lxc` the container's hostname changes immediately. On `qemu` the VM is renamed now (`hostname`) and the guest OS picks the name up at its next boot: until a reboot, `os_hostname` still shows the old name.",
     tag: TAG,
     scope: 'vps:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: idParams,
     body: HostnameBody,
@@ -196,7 +192,6 @@ export const vpsRoutes = [
     summary: 'Get the hypervisor configuration of a virtual server',
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     responses: [{ status: 200, description: 'The configuration', schema: VpsConfigSchema }, NO_MACHINE],
@@ -218,54 +213,40 @@ export const vpsRoutes = [
       };
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/vps/{id}/ips',
     operationId: 'listVpsIps',
     summary: 'List the IP addresses of a virtual server',
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'IPv4 and IPv6 addresses', schema: listOf(VpsIpSchema, 'VpsIpList') }, NO_MACHINE],
-    async handler({ params, query, principal, deps }) {
-      const server = requireMachine(await findVisibleVps(deps.db, principal, params.id));
-      const ips = await deps.providers.hypervisor.ips(server.vmid);
-      const page = pageOfItems(deps.cursors, listFingerprint(`vps.ips:${server.service_id}`, {}), ips, (ip) => `${ip.version}|${ip.address}`, query);
-      return {
-        body: listEnvelope(
-          page.data.map((ip) => ({ object: 'vps_ip' as const, ...ip })),
-          page,
-        ),
-      };
-    },
+    item: VpsIpSchema,
+    listId: 'VpsIpList',
+    listed: 'IPv4 and IPv6 addresses',
+    otherResponses: [NO_MACHINE],
+    target: async ({ params, principal, deps }) => requireMachine(await findVisibleVps(deps.db, principal, params.id)),
+    items: (server, deps) => deps.providers.hypervisor.ips(server.vmid),
+    list: (server) => listFingerprint(`vps.ips:${server.service_id}`, {}),
+    sortKey: (ip) => `${ip.version}|${ip.address}`,
+    present: (ip) => ({ object: 'vps_ip' as const, ...ip }),
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/vps/{id}/templates',
     operationId: 'listVpsTemplates',
     summary: 'List the templates a virtual server can be reinstalled with',
     description: 'Depends on the machine type (`qemu` or `lxc`) and on the node it runs on.',
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Templates', schema: listOf(VpsTemplateSchema, 'VpsTemplateList') }, NO_MACHINE],
-    async handler({ params, query, principal, deps }) {
-      const { server } = await machineTarget(deps, principal, params.id, 'templates');
-      const templates = await deps.providers.hypervisor.templates(server.vmid);
-      const page = pageOfItems(deps.cursors, listFingerprint(`vps.templates:${server.service_id}`, {}), templates, (t) => t.id, query);
-      return {
-        body: listEnvelope(
-          page.data.map((t) => ({ object: 'vps_template' as const, ...t })),
-          page,
-        ),
-      };
-    },
+    item: VpsTemplateSchema,
+    listId: 'VpsTemplateList',
+    listed: 'Templates',
+    otherResponses: [NO_MACHINE],
+    target: async ({ params, principal, deps }) => (await machineTarget(deps, principal, params.id, 'templates')).server,
+    items: (server, deps) => deps.providers.hypervisor.templates(server.vmid),
+    list: (server) => listFingerprint(`vps.templates:${server.service_id}`, {}),
+    sortKey: (t) => t.id,
+    present: (t) => ({ object: 'vps_template' as const, ...t }),
   }),
   defineRoute({
     method: 'get',
@@ -276,7 +257,6 @@ export const vpsRoutes = [
       'Query `timeframe` (default `hour`) selects the period and, with it, the resolution, which is not configurable: `hour` minute points, `day` 30-minute points, `week` 3-hour points, `month` 12-hour points, `year` weekly points. Oldest point first.',
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
     marks: [],
     params: idParams,
     query: z.object({ timeframe: z.enum(TIMEFRAMES).default('hour') }),
@@ -310,7 +290,6 @@ export const vpsRoutes = [
       'Single-use ticket giving full OS access, bypassing network and SSH. Body `type`: `vnc` (default; `url` for a browser client) or `spice` (qemu only; `file` is a remote-viewer file that contains the password). Never replayed by Idempotency-Key, never cached, never logged.',
     tag: TAG,
     scope: 'vps:console',
-    credential: 'credential',
     marks: ['R'],
     returnsSecret: true,
     params: idParams,
@@ -336,7 +315,6 @@ export const vpsRoutes = [
       'Body `action`: `start`, `stop` or `reboot`. Answers 202 as soon as the order is issued; the `vps.power` operation succeeds when the machine has reached the state (`reboot`: stop, wait, start, ends `running`). `409 conflict` while a reinstall runs.',
     tag: TAG,
     scope: 'vps:power',
-    credential: 'credential',
     marks: ['R', 'A', 'I'],
     params: idParams,
     body: PowerBody,
@@ -365,7 +343,6 @@ export const vpsRoutes = [
       'Body `template` (an id of GET /v1/vps/{id}/templates) and `root_password`. Wipes the whole disk; the IP addresses are kept. The `vps.reinstall` operation reports its stages (`provision`, `boot`, `health_check`) in `progress` and `result.stage`, and may take minutes. `reinstalling` is true until it ends; power actions, backups, restores and a second reinstall get `409 conflict` meanwhile. The password is sealed at rest until the hypervisor has it, then deleted; it appears in no response, log or workflow history.',
     tag: TAG,
     scope: 'vps:write',
-    credential: 'credential',
     marks: ['D', 'A', 'I'],
     params: idParams,
     body: ReinstallBody,
@@ -392,25 +369,23 @@ export const vpsRoutes = [
       });
     },
   }),
-  defineRoute({
-    method: 'get',
+  defineBackendList({
     path: '/v1/vps/{id}/backups',
     operationId: 'listVpsBackups',
     summary: 'List the backups of a virtual server',
     description: "Read from the hypervisor's backup storage, newest first. A backup being made appears once it is complete, with its final size.",
     tag: TAG,
     scope: 'vps:read',
-    credential: 'credential',
-    marks: [],
     params: idParams,
-    query: z.object({ ...paginationQuery() }),
-    responses: [{ status: 200, description: 'Backups', schema: listOf(VpsBackupSchema, 'VpsBackupList') }, NO_MACHINE],
-    async handler({ params, query, principal, deps }) {
-      const { server } = await machineTarget(deps, principal, params.id, 'backups');
-      const backups = await deps.providers.hypervisor.listBackups(server.vmid);
-      const page = pageOfItems(deps.cursors, listFingerprint(`vps.backups:${server.service_id}`, {}), backups, backupSortKey, query);
-      return { body: listEnvelope(page.data.map(presentBackup), page) };
-    },
+    item: VpsBackupSchema,
+    listId: 'VpsBackupList',
+    listed: 'Backups',
+    otherResponses: [NO_MACHINE],
+    target: async ({ params, principal, deps }) => (await machineTarget(deps, principal, params.id, 'backups')).server,
+    items: (server, deps) => deps.providers.hypervisor.listBackups(server.vmid),
+    list: (server) => listFingerprint(`vps.backups:${server.service_id}`, {}),
+    sortKey: backupSortKey,
+    present: presentBackup,
   }),
   defineRoute({
     method: 'post',
@@ -421,7 +396,6 @@ export const vpsRoutes = [
       'Body `mode`: `snapshot` (default, the machine keeps running), `suspend` or `stop`. The `vps.backup` operation carries `result.backup_id` once the task is queued and succeeds when the backup appears in the list, with `result.size_bytes`.',
     tag: TAG,
     scope: 'vps:write',
-    credential: 'credential',
     marks: ['R', 'A', 'I'],
     params: idParams,
     body: BackupBody,
@@ -449,7 +423,6 @@ export const vpsRoutes = [
     description: '`backup_id` contains `:` and `/`: URL-encode it (`local%3Abackup%2Fvzdump-...`). A backup of another VPS is `404`.',
     tag: TAG,
     scope: 'vps:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: backupParams,
     responses: [{ status: 204, description: 'Deleted' }],
@@ -469,7 +442,6 @@ export const vpsRoutes = [
       'Checks first that the backup belongs to this VPS (`404` otherwise; a malformed id is `400`). The `vps.restore` operation powers the machine off and overwrites its whole disk; the machine is left stopped. `409 conflict` while a reinstall runs.',
     tag: TAG,
     scope: 'vps:write',
-    credential: 'credential',
     marks: ['D', 'A', 'I'],
     params: backupParams,
     responses: [{ status: 202, description: 'The `vps.restore` operation', schema: OperationSchema }],

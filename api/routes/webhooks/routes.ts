@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { formatId, newUlidId } from '../../../common/ids';
 import { emitEvent } from '../../../domain/events';
-import { checkTarget, TargetRejected } from '../../../domain/webhooks/targets';
+import { checkTarget, TargetRejected } from '../../../infra/webhook-targets';
 import {
   eventBody,
   findDelivery,
@@ -20,7 +20,7 @@ import {
   type WebhookRow,
 } from '../../../domain/webhooks/webhooks';
 import type { AppDeps } from '../../deps';
-import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../../errors';
+import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../../../domain/errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { listOf } from '../../schemas';
@@ -62,7 +62,6 @@ export const webhookRoutes = [
       `The response carries the signing \`secret\` once. At most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks per account (\`429 quota_exceeded\`).`,
     tag: 'Webhooks',
     scope: 'account:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     returnsSecret: true,
     body: CreateBody,
@@ -102,7 +101,6 @@ export const webhookRoutes = [
     description: 'Newest first. Never shows secrets.',
     tag: 'Webhooks',
     scope: 'account:read',
-    credential: 'credential',
     marks: [],
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: 'A page of webhooks', schema: listOf(WebhookSchema, 'WebhookList') }],
@@ -131,7 +129,6 @@ export const webhookRoutes = [
     description: 'Never shows the secret.',
     tag: 'Webhooks',
     scope: 'account:read',
-    credential: 'credential',
     marks: [],
     params: webhookParams,
     responses: [{ status: 200, description: 'The webhook', schema: WebhookSchema }],
@@ -149,7 +146,6 @@ export const webhookRoutes = [
       'A disabled webhook receives no new deliveries; its queued ones fail at their next attempt without being sent (redeliver them after re-enabling).',
     tag: 'Webhooks',
     scope: 'account:write',
-    credential: 'credential',
     marks: ['R', 'I'],
     params: webhookParams,
     body: UpdateBody,
@@ -185,7 +181,6 @@ export const webhookRoutes = [
       "Deletes the webhook and its deliveries. Pending deliveries are dropped: the webhook's delivery workflow is terminated (and would find them gone at its next attempt anyway).",
     tag: 'Webhooks',
     scope: 'account:write',
-    credential: 'credential',
     marks: ['D', 'I'],
     params: webhookParams,
     responses: [{ status: 204, description: 'The webhook is gone' }],
@@ -208,7 +203,6 @@ export const webhookRoutes = [
       'Returns a new `secret`; every attempt from now on is signed with it and the old one stops working at once. Requests already in flight were signed with the old one.',
     tag: 'Webhooks',
     scope: 'account:write',
-    credential: 'credential',
     marks: ['R'],
     returnsSecret: true,
     params: webhookParams,
@@ -234,7 +228,6 @@ export const webhookRoutes = [
       'Answers with the queued delivery; a disabled webhook answers `409 conflict`.',
     tag: 'Webhooks',
     scope: 'account:write',
-    credential: 'credential',
     marks: ['R'],
     params: webhookParams,
     responses: [{ status: 201, description: 'The queued delivery', schema: WebhookDeliverySchema }],
@@ -275,7 +268,6 @@ export const webhookRoutes = [
     description: 'Newest first, each with the exact signed body (`null` when the event is about a service the credential cannot see).',
     tag: 'Webhooks',
     scope: 'account:read',
-    credential: 'credential',
     marks: [],
     params: webhookParams,
     query: z.object({ ...paginationQuery(), status: z.enum(['queued', 'delivered', 'failed']).optional() }),
@@ -302,7 +294,6 @@ export const webhookRoutes = [
     description: 'With the exact signed body, the status of the last attempt, the last error and the time of the next attempt.',
     tag: 'Webhooks',
     scope: 'account:read',
-    credential: 'credential',
     marks: [],
     params: deliveryParams,
     responses: [{ status: 200, description: 'The delivery', schema: WebhookDeliverySchema }],
@@ -322,7 +313,6 @@ export const webhookRoutes = [
       '`attempts` keeps counting. A queued delivery, or one of a disabled webhook, answers `409 conflict`.',
     tag: 'Webhooks',
     scope: 'account:write',
-    credential: 'credential',
     marks: ['R'],
     params: deliveryParams,
     responses: [{ status: 200, description: 'The re-queued delivery', schema: WebhookDeliverySchema }],

@@ -1,11 +1,11 @@
 import { promises as dns } from 'node:dns';
 import { isIP } from 'node:net';
-import { classifyAddress, type AddressClass } from '../../common/ip-address';
-import { isProtectedLocalPort } from '../../common/platform-ports';
+import { classifyAddress, type AddressClass } from '../common/ip-address';
+import { isProtectedLocalPort } from '../common/platform-ports';
 
 // The address classes and the protected ports are shared with the load-balancer backends' rules.
-export { classifyAddress, type AddressClass } from '../../common/ip-address';
-export { localServicePorts, protectLocalPorts } from '../../common/platform-ports';
+export { classifyAddress, type AddressClass } from '../common/ip-address';
+export { localServicePorts, protectLocalPorts } from '../common/platform-ports';
 
 /**
  * Which webhook targets may be called (SPEC Events "Delivery rules" 1; DECISIONS "Local development

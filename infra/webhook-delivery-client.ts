@@ -3,7 +3,7 @@ import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { rootCertificates } from 'node:tls';
 import type { LookupFunction } from 'node:net';
-import { bareHost, parseTargetUrl, resolveTarget, TargetRejected, type ResolvedAddress, type TargetPolicy } from './targets';
+import { bareHost, parseTargetUrl, resolveTarget, TargetRejected, type ResolvedAddress, type TargetPolicy } from './webhook-targets';
 
 export interface WebhookPost {
   url: string;
