@@ -20,6 +20,9 @@ beforeAll(async () => {
       IDEMPOTENCY_ABANDON_AFTER: '3s',
       OPERATION_ORPHAN_AFTER: '5s',
       OPERATION_ORPHAN_SWEEP_INTERVAL: '1s',
+      // Not the subject here: 36 orders provision at once on a loaded machine, beside the sweeps.
+      // Every one must still succeed well within the 90 s the test waits.
+      ORDER_ACTIVATION_TIMEOUT: '60s',
       RATE_LIMIT_MUTATIONS_PER_KEY: '10000',
       RATE_LIMIT_MUTATIONS_PER_ACCOUNT: '10000',
     },

@@ -234,13 +234,19 @@ export async function cancelOrder(
 
 /** Creates the paid order's service (`pending`, once) and opens its contract with billing. */
 export async function createOrderServices(db: Knex, billing: BillingProvider, orderId: number): Promise<number[]> {
+  // The catalog is read before the transaction: billing reads with a connection of its own, and a
+  // transaction that waits for a second pooled connection deadlocks the worker's pool when a burst
+  // of orders holds every connection (test/orders.pool.test.ts). An order's product never changes.
+  const draft = await getOrderById(db, orderId);
+  if (!draft) throw new Error(`order ${orderId} does not exist`);
+  const catalogued = await billing.getProduct(draft.product, draft.currency);
   const serviceIds = await db.transaction(async (trx) => {
     const order: OrderRecord | undefined = await trx('orders').where({ id: orderId }).forUpdate().first();
     if (!order) throw new Error(`order ${orderId} does not exist`);
     const existing = await trx('services').where({ order_id: orderId }).orderBy('id').select('id');
     if (existing.length > 0) return existing.map((r) => Number(r.id));
     if (order.status !== 'active') throw new Error(`order ${orderId} is ${order.status}; only an active order creates services`);
-    const product = await billing.getProduct(order.product, order.currency);
+    const product = catalogued;
     if (!product) throw new Error(`product ${order.product} of order ${orderId} is not in the catalog`);
     const paidAt = order.paid_at ? new Date(order.paid_at) : new Date();
     const label = order.site_name ?? (typeof order.options?.hostname === 'string' ? order.options.hostname : null);

@@ -4,7 +4,7 @@ import { loadConfig } from '../../common/config';
 import { createDb, type Db } from '../../db/knex';
 import { ALL_SCOPES, SESSION_ONLY_SCOPES } from '../../domain/scopes';
 import { attachVpsMachine } from '../../domain/vps/store';
-import { createProviders } from '../../providers';
+import { createProviders } from '../../families';
 import { createAccount, createApiKey, createService, createUser } from './fixtures';
 import { createTestDatabase, type TestDatabase } from './db';
 import { httpClient, type HttpClient } from './http';
@@ -69,6 +69,9 @@ export async function startFaultStack(options: { name: string; postgres: 'privat
     PORT: String(apiPort),
     HOST: '127.0.0.1',
     OPERATION_START_TIMEOUT: '2s',
+    // A worker these tests SIGKILL says nothing to Temporal: the workflows it ran wait this long on
+    // its sticky queue before the replacement gets them (10 s by default).
+    TEMPORAL_STICKY_TIMEOUT: '1s',
     // The fault tests order and reinstall simulated services: no PowerDNS, HAProxy or database
     // instances run beside these processes (their own tests cover those backends).
     DNS_BACKEND: 'simulator',
