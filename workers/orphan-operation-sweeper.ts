@@ -2,8 +2,8 @@ import { WorkflowNotFoundError } from '@temporalio/common';
 import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import { PeriodicService } from '../common/periodic';
-import { releaseOf } from '../domain/operation-releases';
 import type { OperationService } from '../domain/operations';
+import { releaseOf } from '../domain/operations/types';
 import type { TemporalGateway } from '../infra/temporal';
 import type { BackgroundService } from './background';
 

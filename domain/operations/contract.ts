@@ -95,18 +95,3 @@ export function presentOperation(row: OperationRow, live?: OperationState, stale
     completed_at: iso(row.completed_at),
   };
 }
-
-/** Operation types (DECISIONS "Operations"); a family adds its own here. */
-export type OperationType =
-  | 'vps.power'
-  | 'vps.reinstall'
-  | 'vps.backup'
-  | 'vps.restore'
-  | 'orders.create'
-  | 'dbaas.backup'
-  | 'dbaas.restart'
-  | 'caas.deploy'
-  | 'objectstorage.empty'
-  | 'wordpress.backup'
-  | 'wordpress.restore'
-  | 'wordpress.recipe_apply';

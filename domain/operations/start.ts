@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
-import { formatId, newUlidId } from '../../common/ids';
+import { newUlidId } from '../../common/ids';
 import type { Logger } from '../../common/logger';
 import { preparedQuery } from '../../db/knex';
 import type { TemporalGateway } from '../../infra/temporal';
@@ -9,8 +9,11 @@ import { backendUnavailable } from '../errors';
 import { bindOperationToIdempotencyKey, idempotencyClaimed } from '../idempotency';
 import type { Principal } from '../principal';
 import { serviceGuard } from '../services';
-import { presentOperation, type OperationInput, type OperationResource, type OperationRow, type OperationType, type OperationView } from './contract';
+import { presentOperation, type OperationInput, type OperationResource, type OperationRow, type OperationView } from './contract';
 import { startStatement, type LockedRows, type OperationGuard } from './guards';
+import { operationTypeEntry, workflowNaming, type StartableOperationType, type WorkflowNameOf } from './types';
+
+export type { StartableOperationType } from './types';
 
 type WorkflowModule = typeof Workflows;
 /** Every workflow of workflows/index.ts whose input names its operation. */
@@ -19,6 +22,16 @@ export type OperationWorkflow = {
 }[keyof WorkflowModule];
 /** A workflow's input without `operationId` (the operation service adds it). */
 export type WorkflowInput<W extends OperationWorkflow> = Omit<Parameters<WorkflowModule[W]>[0], 'operationId'>;
+/**
+ * The workflow of an operation type (OPERATION_TYPES names it; the table imports no workflow code,
+ * so the name is tied to its function here).
+ */
+export type WorkflowOf<T extends StartableOperationType> = WorkflowNameOf<T> & OperationWorkflow;
+/** The input of the workflow of an operation type, without `operationId`. */
+export type OperationInputOf<T extends StartableOperationType> = WorkflowInput<WorkflowOf<T>>;
+/** Compiles only while every workflow OPERATION_TYPES names is exported by workflows/index.ts and takes an operation's input. */
+export type TableWorkflowsExist = Assert<WorkflowNameOf<StartableOperationType>, OperationWorkflow>;
+type Assert<T extends U, U> = T;
 
 /**
  * What starting an operation's workflow takes beyond the row's own columns, stored in the row
@@ -30,8 +43,25 @@ interface WorkflowStart {
   input: unknown;
 }
 
-function workflowStart<W extends OperationWorkflow>(workflow: W, input: WorkflowInput<W>): WorkflowStart {
+function workflowStart(workflow: string, input: unknown): WorkflowStart {
   return { workflow, input };
+}
+
+/**
+ * The workflow of an operation type: the table's (types.ts). Only a type the table does not hold (a
+ * test-only one) names its own; naming another than the table's, or starting a type that finishes
+ * inside its request, is a programming error.
+ */
+function workflowOf(type: string, named: string | undefined, resource: OperationResource | null | undefined): string {
+  const entry = operationTypeEntry(type);
+  if (!entry) {
+    if (named) return named;
+    throw new Error(`operation type ${type} is not in OPERATION_TYPES (domain/operations/types.ts)`);
+  }
+  if (!entry.workflow) throw new Error(`operation type ${type} has no workflow: it finishes inside its request (recordCompleted)`);
+  if (named && named !== entry.workflow) throw new Error(`operation type ${type} runs ${entry.workflow}, not ${named}`);
+  if (resource && resource.object !== entry.resource) throw new Error(`operation type ${type} is about a ${entry.resource}, not a ${resource.object}`);
+  return entry.workflow;
 }
 
 /** Everything one start of an operation's workflow passes to Temporal. */
@@ -44,16 +74,17 @@ interface WorkflowStartOf {
   credentialId: string | null;
 }
 
-export interface StartOperationInput<W extends OperationWorkflow = OperationWorkflow> {
+export interface StartOperationInput<T extends StartableOperationType = StartableOperationType> {
   principal: Principal;
-  type: OperationType;
-  /** The workflow function (by its name in workflows/index.ts); its input type follows. */
-  workflow: W;
+  /** The operation type: its workflow, and so the input's type, come from OPERATION_TYPES (types.ts). */
+  type: T;
+  /** Only for a test-only type, which the table does not hold: the workflow (by its name in workflows/index.ts). */
+  workflow?: WorkflowOf<T>;
   /**
    * Workflow input beyond `operationId` (never secrets in clear: see docs/architecture.md), or a
    * function of the rows the guards locked, for a start that reads nothing before its statement.
    */
-  input: WorkflowInput<W> | ((locked: LockedRows) => WorkflowInput<W>);
+  input: OperationInputOf<T> | ((locked: LockedRows) => OperationInputOf<T>);
   resource?: OperationResource | null;
   serviceId?: number | null;
   /**
@@ -87,8 +118,9 @@ export class OperationStarts {
     private readonly opts: { startTimeoutMs: number; logger: Logger },
   ) {}
 
-  async start<W extends OperationWorkflow>(input: StartOperationInput<W>): Promise<OperationView> {
+  async start<T extends StartableOperationType>(input: StartOperationInput<T>): Promise<OperationView> {
     const id = newUlidId('op');
+    const workflow = workflowOf(input.type, input.workflow, input.resource);
     const guards = [
       ...(input.serviceId
         ? [
@@ -113,10 +145,10 @@ export class OperationStarts {
       input.principal.credentialId,
       // The row is the intent: what starting its workflow takes goes in with it (a function of the
       // locked rows is written as soon as it is known, below).
-      typeof input.input === 'function' ? null : JSON.stringify(workflowStart(input.workflow, input.input as WorkflowInput<W>)),
+      typeof input.input === 'function' ? null : JSON.stringify(workflowStart(workflow, input.input)),
       ...statement.values,
     ];
-    let args = input.input as WorkflowInput<W>;
+    let args = input.input as OperationInputOf<T>;
     const insert = async (conn?: Knex.Transaction): Promise<OperationRow> => {
       const [result] = await preparedQuery<Record<string, unknown>>(conn ?? this.db, statement.name, statement.text, values);
       const rows = guards.map((_, i) => (result[`g${i}`] as Record<string, unknown> | null) ?? null);
@@ -131,7 +163,7 @@ export class OperationStarts {
         // client was told about: the orphan sweeper closes it (`not_started`).
         await (conn ?? this.db)('operations')
           .where({ id })
-          .update({ workflow_start: JSON.stringify(workflowStart(input.workflow, args)) });
+          .update({ workflow_start: JSON.stringify(workflowStart(workflow, args)) });
       }
       return result.op as OperationRow;
     };
@@ -148,7 +180,7 @@ export class OperationStarts {
           });
     try {
       await this.startWorkflow(id, {
-        workflow: input.workflow,
+        workflow,
         args,
         type: input.type,
         accountId: input.principal.accountId,
@@ -177,25 +209,17 @@ export class OperationStarts {
    */
   private async startWorkflow(id: string, start: WorkflowStartOf): Promise<void> {
     const ms = this.opts.startTimeoutMs;
+    const naming = workflowNaming({ id, type: start.type, accountId: start.accountId, resource: start.resource, credentialId: start.credentialId });
     const started = this.temporal.withDeadline(ms, () =>
       this.temporal.client.workflow.start(start.workflow, {
-        workflowId: id,
+        workflowId: naming.workflowId,
         taskQueue: this.temporal.taskQueue,
         args: [{ operationId: id, ...(start.args as object) }],
         // The operation's id names one run, ever: a start from its row after one that ran (and was
         // purged from its row's view) is refused rather than run twice.
         workflowIdReusePolicy: 'REJECT_DUPLICATE',
-        typedSearchAttributes: this.temporal.searchAttributes({
-          operationType: start.type,
-          accountId: formatId('cus', start.accountId),
-          resourceId: start.resource?.id ?? null,
-        }),
-        memo: {
-          operation_type: start.type,
-          account: formatId('cus', start.accountId),
-          resource: start.resource ? `${start.resource.object} ${start.resource.id}` : null,
-          credential: start.credentialId,
-        },
+        typedSearchAttributes: this.temporal.searchAttributes(naming.searchAttributes),
+        memo: naming.memo,
       }),
     );
     // Settled below, or left behind when the timer wins: kept until it settles, so that closing the

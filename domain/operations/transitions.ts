@@ -11,9 +11,9 @@ import {
   type OperationResource,
   type OperationRow,
   type OperationTransition,
-  type OperationType,
   type OperationView,
 } from './contract';
+import type { OperationType } from './types';
 
 /**
  * Every change of an operation's row after its start: what its workflow reports (through an

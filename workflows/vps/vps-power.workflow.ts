@@ -18,13 +18,8 @@ export async function vpsPowerWorkflow(input: VpsPowerInput): Promise<void> {
   const result = { action: input.action, state: null as string | null };
   const first = input.action === 'reboot' ? 'stop' : input.action;
   await runOperation(input, { backend: HYPERVISOR, step: first, result }, async (run) => {
-    if (input.action === 'reboot') {
-      result.state = await powerTo(input.vmid, 'stop', `${input.operationId}:stop`, run.step);
-      await run.progress(50);
-      await run.enter('start');
-      result.state = await powerTo(input.vmid, 'start', `${input.operationId}:start`, run.step);
-    } else {
-      result.state = await powerTo(input.vmid, input.action, `${input.operationId}:${input.action}`, run.step);
-    }
+    // The first step's progress (0) is the one recorded with `running`.
+    result.state = await run.step(first, null, () => powerTo(input.vmid, first, `${input.operationId}:${first}`, first));
+    if (input.action === 'reboot') result.state = await run.step('start', 50, () => powerTo(input.vmid, 'start', `${input.operationId}:start`, 'start'));
   });
 }

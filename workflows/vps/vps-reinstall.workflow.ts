@@ -28,33 +28,37 @@ export async function vpsReinstallWorkflow(input: VpsReinstallInput): Promise<vo
       step: 'provision',
       progress: STAGES.provision,
       result: stageResult('provision'),
-      failedResult: (run) => stageResult(run.step as Stage),
+      failedResult: (run) => stageResult(run.currentStep as Stage),
       cleanup: () => bookkeeping.vpsEndReinstall({ operationId: input.operationId, serviceId: input.serviceId }),
     },
     async (run) => {
-      const enter = (stage: Stage) => {
-        run.result = stageResult(stage);
-        return run.enter(stage, STAGES[stage]);
-      };
-      const addresses = await calls.vpsReadAddresses({ vmid: input.vmid });
-      const task = await calls.vpsBeginReinstall({
-        operationId: input.operationId,
-        vmid: input.vmid,
-        template: input.template,
-        key: `${input.operationId}:reinstall`,
+      /** A stage: its progress and `result.stage` are recorded as it starts (provision's with `running`). */
+      const stage = <T>(name: Stage, fn: () => Promise<T>) => run.step(name, name === 'provision' ? null : STAGES[name], fn, { result: stageResult(name) });
+
+      const addresses = await stage('provision', async () => {
+        const addresses = await calls.vpsReadAddresses({ vmid: input.vmid });
+        const task = await calls.vpsBeginReinstall({
+          operationId: input.operationId,
+          vmid: input.vmid,
+          template: input.template,
+          key: `${input.operationId}:reinstall`,
+        });
+        await run.tracker.progress(15);
+        const provisioned = await waits.vpsAwaitTask({ upid: task.upid });
+        if (provisioned.status === 'error') throw new StepFailed('provision', `the reinstall task failed: ${provisioned.error ?? 'no detail'}`);
+        return addresses;
       });
-      await run.tracker.progress(15);
-      const provisioned = await waits.vpsAwaitTask({ upid: task.upid });
-      if (provisioned.status === 'error') throw new StepFailed('provision', `the reinstall task failed: ${provisioned.error ?? 'no detail'}`);
 
-      await enter('boot');
-      await powerTo(input.vmid, 'start', `${input.operationId}:start`, 'boot');
-      await run.tracker.progress(70);
-      await waits.vpsAwaitGuest({ vmid: input.vmid });
+      await stage('boot', async () => {
+        await powerTo(input.vmid, 'start', `${input.operationId}:start`, 'boot');
+        await run.tracker.progress(70);
+        await waits.vpsAwaitGuest({ vmid: input.vmid });
+      });
 
-      await enter('health_check');
-      const health = await calls.vpsHealthCheck({ vmid: input.vmid, ...addresses });
-      if (!health.ok) throw new StepFailed('health_check', health.detail);
+      await stage('health_check', async () => {
+        const health = await calls.vpsHealthCheck({ vmid: input.vmid, ...addresses });
+        if (!health.ok) throw new StepFailed('health_check', health.detail);
+      });
       return { stage: 'done', template: input.template, ipv4: addresses.ipv4, ipv6: addresses.ipv6 };
     },
   );
