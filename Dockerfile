@@ -38,6 +38,7 @@ COPY mcp ./mcp
 COPY providers ./providers
 COPY api ./api
 COPY activities ./activities
+COPY families ./families
 COPY workflows ./workflows
 COPY workers ./workers
 COPY scripts/migrate.ts ./scripts/migrate.ts

@@ -18,7 +18,7 @@ export default tseslint.config(
   },
   {
     // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, no I/O libraries.
-    files: ['workflows/**/*.ts'],
+    files: ['workflows/**/*.ts', 'test/fixtures/skeleton-family/workflows/**/*.ts'],
     rules: {
       // Value imports only from the SDK and workflow code; everything else at most as types (the
       // bundle must hold no I/O, no Node-only code, and no configuration read at import time).

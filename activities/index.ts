@@ -1,44 +1,30 @@
-import type { Config } from '../common/config';
-import type { Keyring } from '../common/crypto';
-import type { Logger } from '../common/logger';
-import type { Db } from '../db/knex';
-import type { OperationService } from '../domain/operations';
 import { createProvisioners } from '../domain/provisioning';
-import type { TemporalGateway } from '../infra/temporal';
-import type { Providers } from '../providers';
+import { families as allFamilies, type FamilyManifest } from '../families';
 import { withBackendErrors } from './backend-errors';
-import { createDbaasActivities } from './dbaas/activities';
+import type { ActivityDeps } from './deps';
 import { createOperationActivities } from './operations.activities';
-import { createOrderActivities } from './orders/activities';
 import { createServiceActivities } from './services/activities';
-import { createVpsActivities } from './vps/activities';
-import { createWebhookActivities } from './webhooks/activities';
 
-export interface ActivityDeps {
-  config: Config;
-  db: Db;
-  logger: Logger;
-  providers: Providers;
-  operations: OperationService;
-  keyring: Keyring;
-  /** Client side of Temporal, for activities that start or signal other workflows. */
-  temporal: TemporalGateway;
-}
+export type { ActivityDeps } from './deps';
 
 /**
- * Every activity the worker registers, built over its dependencies, with backend errors mapped to
- * retryable / non-retryable failures once for all (activities/backend-errors.ts). Families add their factory here.
+ * Every activity the worker registers, built over its dependencies: the platform's (operation
+ * transitions, service teardown) and each family's (its manifest's `activities`), with backend
+ * errors mapped to retryable / non-retryable failures once for all (activities/backend-errors.ts).
+ * `families` are every family (families/index.ts) unless a test mounts others.
  */
-export function createActivities(deps: ActivityDeps) {
-  const provisioners = createProvisioners(deps);
-  return withBackendErrors({
+export function createActivities(deps: ActivityDeps, families: readonly FamilyManifest[] = allFamilies) {
+  const provisioners = createProvisioners(deps, families);
+  const activities: Record<string, unknown> = {
     ...createOperationActivities(deps),
-    ...createOrderActivities({ ...deps, provisioners }),
     ...createServiceActivities({ ...deps, provisioners }),
-    ...createWebhookActivities(deps),
-    ...createVpsActivities(deps),
-    ...createDbaasActivities(deps),
-  });
+  };
+  for (const family of families) {
+    for (const [name, fn] of Object.entries(family.activities?.({ ...deps, provisioners }) ?? {})) {
+      // Temporal finds an activity by its name alone: two with one name would silently shadow each other.
+      if (name in activities) throw new Error(`Activity ${name} of family ${family.name} is already registered`);
+      activities[name] = fn;
+    }
+  }
+  return withBackendErrors(activities);
 }
-
-export type Activities = ReturnType<typeof createActivities>;

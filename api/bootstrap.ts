@@ -9,7 +9,8 @@ import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
 import { postgresCounters, RateLimiter } from '../infra/rate-limit';
 import { TemporalGateway } from '../infra/temporal';
-import { createProviders } from '../providers';
+import { createProviders, families as allFamilies, type FamilyManifest } from '../families';
+import { createProvisioners } from '../domain/provisioning';
 import { localServicePorts, protectLocalPorts } from '../infra/webhook-targets';
 import { mountMcp } from '../mcp/http';
 import { version as packageVersion } from '../package.json';
@@ -18,8 +19,12 @@ import type { AppDeps } from './deps';
 import { Cursors } from './pagination';
 import { buildRouteTable } from './routes';
 
-/** Wires the API process: database, Temporal client, providers, and the Express app. */
-export async function createApi(config: Config, options: { db?: Db; temporalClient?: Client; logger?: Logger } = {}) {
+/**
+ * Wires the API process: database, Temporal client, providers, and the Express app. `families` are
+ * every family (families/index.ts) unless a test mounts others.
+ */
+export async function createApi(config: Config, options: { db?: Db; temporalClient?: Client; logger?: Logger; families?: readonly FamilyManifest[] } = {}) {
+  const families = options.families ?? allFamilies;
   const logger = options.logger ?? createLogger(config.LOG_LEVEL, 'api');
   const db = options.db ?? createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
@@ -32,6 +37,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
     },
     options.temporalClient,
   );
+  const providers = createProviders({ db, config }, families);
   const deps: AppDeps = {
     config,
     db,
@@ -39,7 +45,7 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
     keyring,
     cursors: new Cursors(keyring),
     temporal,
-    providers: createProviders({ db, config }),
+    providers,
     credentials: new CredentialResolver(db, config.CREDENTIAL_CACHE_TTL),
     audit: new AuditWriter(db, logger, config.AUDIT_FLUSH_INTERVAL, 500, config.AUDIT_QUEUE_MAX),
     rateLimiter: new RateLimiter(
@@ -61,9 +67,10 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
       startTimeoutMs: config.OPERATION_START_TIMEOUT,
       logger,
     }),
+    provisioners: createProvisioners({ db, providers, keyring, config }, families),
   };
   protectLocalPorts(localServicePorts(config));
-  const routes = buildRouteTable({ devEndpoints: config.CLOUD_DEV_ENDPOINTS });
+  const routes = buildRouteTable({ devEndpoints: config.CLOUD_DEV_ENDPOINTS, families });
   // The MCP endpoint is mounted beside /v1 through this hook, so api/app.ts imports no client of the API.
   const app = createApp(deps, routes, [(server, appDeps, table) => mountMcp(server, appDeps, table, packageVersion)]);
 

@@ -6,6 +6,7 @@ import type { AuditWriter } from '../infra/audit';
 import type { CredentialResolver } from '../domain/credentials';
 import type { LoginThrottle } from '../domain/login-throttle';
 import type { OperationService } from '../domain/operations';
+import type { ProvisionerRegistry } from '../domain/provisioning';
 import type { RateLimiter } from '../infra/rate-limit';
 import type { TemporalGateway } from '../infra/temporal';
 import type { Providers } from '../providers';
@@ -25,4 +26,6 @@ export interface AppDeps {
   rateLimiter: RateLimiter;
   loginThrottle: LoginThrottle;
   operations: OperationService;
+  /** Every family's provisioner (its order hooks, for the API). */
+  provisioners: ProvisionerRegistry;
 }

@@ -1,3 +1,4 @@
+import { SERVICE_FAMILIES } from '../common/families';
 import { z } from 'zod';
 
 /**
@@ -104,7 +105,7 @@ export const ServiceSchema = z
   .object({
     object: z.literal('service'),
     id: z.string(),
-    family: z.enum(['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'other']),
+    family: z.enum(SERVICE_FAMILIES),
     status: z.enum(['active', 'pending', 'suspended', 'terminated', 'cancelled', 'fraud', 'unknown']),
     name: z.string().nullable(),
     label: z.string().nullable(),

@@ -12,7 +12,7 @@ import type { ClientRoute } from '../client/client-routes';
  * file of this package: any change to a route, a schema or anything they import makes a new key.
  */
 const ROOT = path.resolve(__dirname, '..');
-const SOURCE_DIRS = ['api', 'domain', 'providers', 'common', 'db', 'workflows', 'activities', 'client', 'cli', 'mcp'];
+const SOURCE_DIRS = ['api', 'domain', 'families', 'providers', 'common', 'db', 'workflows', 'activities', 'client', 'cli', 'mcp'];
 
 function sourceFingerprint(): string {
   const hash = createHash('sha256');

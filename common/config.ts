@@ -73,6 +73,11 @@ export const configSchema = z
     DATABASE_POOL_MAX: positiveInt(10),
     TEMPORAL_ADDRESS: z.string().default('127.0.0.1:7233'),
     TEMPORAL_NAMESPACE: z.string().default('default'),
+    /**
+     * How long Temporal keeps a workflow's next task for the worker that ran it before (its sticky
+     * queue) before handing it to any worker: the pause after a worker dies without saying so.
+     */
+    TEMPORAL_STICKY_TIMEOUT: duration('10s'),
     TEMPORAL_TASK_QUEUE: z.string().default('cloud-control-plane'),
     TEMPORAL_UI_URL: z.string().default('http://127.0.0.1:8233'),
     /** A workflow bundle built beforehand (bundleWorkflowCode); without it the worker bundles workflows/ at start. */

@@ -1,15 +1,11 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../common/crypto';
 import type { Providers } from '../providers';
-import { DbaasProvisioner } from './dbaas/provisioner';
 import type { Config } from '../common/config';
-import { DnsZoneProvisioner, zoneDefaults } from './dns/provisioner';
-import { VpsProvisioner } from './vps/provisioner';
-import { LbProvisioner } from './lb/provisioner';
 
 /**
  * Provisioning of the services an order creates, one provisioner per product family. A family
- * with a backend of its own registers its provisioner in `createProvisioners`; the others get the
+ * with a backend of its own gives its provisioner in its manifest (families/<family>.ts); the others get the
  * generic one over the simulated build backend. Provisioners are domain code: they call providers
  * and keep the control plane's records of what they built.
  */
@@ -46,6 +42,18 @@ export interface ServiceProvisioner {
    * workflow). Idempotent; nothing to do is not an error.
    */
   deprovision(service: ProvisionTarget): Promise<void>;
+  /**
+   * Optional order-time hook (domain/orders/place.ts): checks and normalises the family's options
+   * before billing sees the order, so that the orders code names no family. Throws a DomainError to
+   * refuse the order; `hold` runs in the transaction that writes the order, to check again there.
+   */
+  prepareOrder?(db: Knex, options: Record<string, unknown>, account: { id: number }): Promise<PreparedOrder>;
+}
+
+/** What a family's `prepareOrder` hook gives back: the options to store, and a check made where the order is written. */
+export interface PreparedOrder {
+  options: Record<string, unknown>;
+  hold?: (trx: Knex.Transaction) => Promise<void>;
 }
 
 export class ProvisionerRegistry {
@@ -92,13 +100,28 @@ export class GenericProvisioner implements ServiceProvisioner {
   }
 }
 
-/** Every family's provisioner. A family with its own backend adds one line here. */
-export function createProvisioners(deps: { db: Knex; providers: Providers; keyring: Keyring; config: Config }): ProvisionerRegistry {
-  return new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers))
-    .register('vps', new VpsProvisioner(deps.db, deps.providers.hypervisor))
-    .register('dns', new DnsZoneProvisioner(deps.db, deps.providers.dns, zoneDefaults(deps.config)))
-    .register('lb', new LbProvisioner(deps.db, deps.providers.lb))
-    .register('dbaas', new DbaasProvisioner(deps.db, deps.providers.dbaas, deps.keyring));
+/** What a family's provisioner is built over. */
+export interface ProvisionerDeps {
+  db: Knex;
+  providers: Providers;
+  keyring: Keyring;
+  config: Config;
+}
+
+/** A family that may build its services itself: its manifest's name and provisioner (families/<family>.ts). */
+export interface ProvisioningFamily {
+  name: string;
+  provisioner?: (deps: ProvisionerDeps) => ServiceProvisioner;
+}
+
+/**
+ * Every family's provisioner, from the families' manifests (the API and the worker pass the list of
+ * families/index.ts; the domain does not import it). The others get the generic one.
+ */
+export function createProvisioners(deps: ProvisionerDeps, families: readonly ProvisioningFamily[]): ProvisionerRegistry {
+  const registry = new ProvisionerRegistry(new GenericProvisioner(deps.db, deps.providers));
+  for (const family of families) if (family.provisioner) registry.register(family.name, family.provisioner(deps));
+  return registry;
 }
 
 /** What a provisioner needs to know about a service an order created (null for seeded services). */

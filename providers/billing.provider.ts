@@ -17,9 +17,8 @@ export const CYCLE_MONTHS: Record<BillingCycle, number> = {
   triennially: 36,
 };
 
-/** Real product families of the catalog; `wordpress`, `images` and `serverless` are `other` as services. */
-export const PRODUCT_FAMILIES = ['vps', 'dns', 'dbaas', 'caas', 'lb', 'objectstorage', 'mailgateway', 'wordpress', 'images', 'serverless'] as const;
-export type ProductFamily = (typeof PRODUCT_FAMILIES)[number];
+/** Real product families of the catalog (`wordpress`, `images` and `serverless` are `other` as services): the one list of common/families.ts. */
+export { PRODUCT_FAMILIES, type ProductFamily } from '../common/families';
 
 export interface ProductOption {
   name: string;

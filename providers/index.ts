@@ -1,50 +1,35 @@
 import type { Knex } from 'knex';
-import { defaultServerDataDir, type Config } from '../common/config';
+import type { Config } from '../common/config';
 import type { Logger } from '../common/logger';
 import { SimulatedBillingClock } from './simulator/billing-clock';
 import { backendOf } from '../common/families';
+import type { AnyBackend, BackendContext, FamilyProviders } from './backend';
 import type { BillingProvider } from './billing.provider';
 import type { ServiceBuildProvider } from './builds.provider';
-import type { DbaasProvider } from './dbaas.provider';
-import { DbInstancesAdapter } from './dbinstances/dbinstances.adapter';
-import { DbaasSimulator } from './simulator/dbaas.simulator';
-import type { HypervisorProvider } from './hypervisor.provider';
-import { HaproxyLbProvider } from './haproxy/haproxy.adapter';
-import type { LbProvider } from './lb.provider';
 import type { BackendTargetPolicySource } from './lb.rules';
 import { platformTargets } from './lb.targets';
 import { localServicePorts } from '../common/platform-ports';
-import { LbSimulator } from './simulator/lb.simulator';
-import type { DnsProvider } from './dns.provider';
-import { PowerDnsAdapter } from './powerdns/powerdns.adapter';
-import { readApiKey } from './powerdns/powerdns.server';
-import { DnsSimulator } from './simulator/dns.simulator';
 import { BillingSimulator } from './simulator/billing.simulator';
 import { BuildSimulator } from './simulator/build.simulator';
-import { HypervisorSimulator } from './simulator/hypervisor.simulator';
 import { SimulatedTasks } from './simulator/task-engine';
 import { BackendSwitchboard, withOutageSwitch, type BackendFamily } from './switchboard';
 
+export type { FamilyProviders } from './backend';
+
 /**
- * Every backend the control plane talks to, behind its provider interface. Each is built here from
- * configuration (the real adapter where one exists, else the simulator) and wrapped once in its
- * outage switch, so faults never fork a provider. Families register their provider here.
+ * Every backend the control plane talks to, behind its provider interface. The platform's own
+ * (billing, the generic build backend) are built here; each family's backend is built from its
+ * manifest's backend spec (`providers/<backend>.backend.ts`: the real adapter where one exists and
+ * configuration selects it, else the simulator), which also declares its field (`FamilyProviders`).
+ * All are wrapped once in their outage switch, so faults never fork a provider.
  */
-export interface Providers {
+export interface Providers extends FamilyProviders {
   switchboard: BackendSwitchboard;
   billing: BillingProvider;
   /** Builds services of the families without a backend of their own (domain/provisioning.ts). */
   builds: ServiceBuildProvider;
-  /** VPS machines (qemu and lxc) on the hypervisor cluster. */
-  hypervisor: HypervisorProvider;
-  /** Load balancers: one HAProxy process each (LB_BACKEND=haproxy) or the simulator. */
-  lb: LbProvider;
   /** Where load-balancer backends may point right now (platform ports and addresses, ALLOW_INSECURE_TARGETS). */
   lbTargets: BackendTargetPolicySource;
-  /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
-  dbaas: DbaasProvider;
-  /** DNS zones and records on the authoritative server (PowerDNS, or the simulator with DNS_BACKEND=simulator). */
-  dns: DnsProvider;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
 }
@@ -54,36 +39,37 @@ export interface FaultInjector {
   failNext(backend: BackendFamily, subject: string | number, opts?: { kind?: string; message?: string }): Promise<void>;
 }
 
-export function createProviders({ db, config }: { db: Knex; config: Config }): Providers {
+/**
+ * The providers of one process. `backends` are the families' (`familyBackends()` in families/index.ts
+ * lists them from the manifests; `createProviders` there passes them).
+ */
+export function buildProviders({ db, config }: { db: Knex; config: Config }, backends: readonly AnyBackend[]): Providers {
   const switchboard = new BackendSwitchboard(db);
   const tasks = new SimulatedTasks(db, config.SIM_DELAY_SCALE);
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
   const builds = withOutageSwitch(new BuildSimulator(db, tasks), switchboard, ([target]) => backendOf((target as { productFamily: string }).productFamily));
-  const hypervisor = withOutageSwitch(new HypervisorSimulator(db, tasks), switchboard, 'vps');
-  const dbInstances =
-    config.DBAAS_BACKEND === 'simulator'
-      ? null
-      : new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE });
-  const dbaas = withOutageSwitch(dbInstances ?? new DbaasSimulator(db, tasks), switchboard, 'dbaas');
-  const lbTargets = lbTargetsOf(config, dbInstances);
-  const lb = withOutageSwitch(
-    config.LB_BACKEND === 'simulator'
-      ? new LbSimulator(db, { bindAddress: config.LB_BIND_ADDRESS, delayScale: config.SIM_DELAY_SCALE })
-      : new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS, targets: lbTargets }),
-    switchboard,
-    'lb',
-  );
-  const dns = withOutageSwitch(createDnsProvider(db, config), switchboard, 'dns');
-  return { switchboard, billing, builds, hypervisor, dns, lb, lbTargets, dbaas, faults: tasks };
+  // Filled below as real servers are built; read by the policy at each check, never before.
+  const listening: Array<() => Promise<number[]>> = [];
+  const lbTargets = lbTargetsOf(config, listening);
+  const ctx: BackendContext = { db, config, tasks, targets: lbTargets };
+  const built: Record<string, unknown> = {};
+  for (const backend of backends) {
+    if (backend.key in built) throw new Error(`Two backends claim providers.${String(backend.key)}`);
+    const real = backend.real?.selected(config) ? backend.real : null;
+    const provider = real ? real.create(ctx) : backend.simulator(ctx);
+    if (real?.listeningPorts) listening.push(() => real.listeningPorts!(provider));
+    built[backend.key] = withOutageSwitch(provider as object, switchboard, backend.family);
+  }
+  return { ...(built as unknown as FamilyProviders), switchboard, billing, builds, lbTargets, faults: tasks };
 }
 
 /**
  * Where load-balancer backends may point (docs/lb.md "Backend addresses"): the API checks a change
- * with it, the HAProxy adapter every configuration it renders. The database instances' ports are
- * read from the instances themselves, outside their outage switch (a switched-off family still
- * listens).
+ * with it, the HAProxy adapter every configuration it renders. The ports of servers a backend runs on
+ * this machine (the database instances) are read from those servers themselves, outside their outage
+ * switch (a switched-off family still listens).
  */
-function lbTargetsOf(config: Config, dbInstances: DbInstancesAdapter | null): BackendTargetPolicySource {
+function lbTargetsOf(config: Config, listening: ReadonlyArray<() => Promise<number[]>>): BackendTargetPolicySource {
   return platformTargets({
     allowLoopback: config.WEBHOOK_ALLOW_INSECURE_TARGETS,
     platformRanges: [
@@ -91,17 +77,7 @@ function lbTargetsOf(config: Config, dbInstances: DbInstancesAdapter | null): Ba
       { range: config.DBAAS_ADDRESS_RANGE, what: "the platform's database instances" },
     ],
     configuredPorts: localServicePorts(config),
-    dynamicPorts: dbInstances ? [() => dbInstances.listeningPorts()] : [],
-  });
-}
-
-function createDnsProvider(db: Knex, config: Config): DnsProvider {
-  if (config.DNS_BACKEND === 'simulator') return new DnsSimulator(db, config.SIM_DELAY_SCALE);
-  return new PowerDnsAdapter({
-    apiUrl: config.POWERDNS_API_URL,
-    // Read when first needed: `npm start` generates the key file when it starts the local server.
-    apiKey: () => config.POWERDNS_API_KEY ?? readApiKey(config.POWERDNS_DATA_DIR),
-    timeoutMs: config.POWERDNS_TIMEOUT,
+    dynamicPorts: listening,
   });
 }
 

@@ -7,7 +7,7 @@ import { defaultServerDataDir, loadConfig, type Config } from '../common/config'
 import { randomBase62 } from '../common/crypto';
 import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
-import { createProviders } from '../providers';
+import { createProviders } from '../families';
 import { loadKeyring } from '../infra/master-key';
 import { PowerDnsServer, readApiKey } from '../providers/powerdns/powerdns.server';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
  * the layers import in one direction (the domain knows nothing of the API and its clients).
  */
 const root = path.resolve(__dirname, '..');
-const PRODUCTION = ['api', 'activities', 'cli', 'client', 'common', 'db', 'domain', 'infra', 'mcp', 'providers', 'scripts', 'workers', 'workflows'];
+const PRODUCTION = ['api', 'activities', 'cli', 'client', 'common', 'db', 'domain', 'families', 'infra', 'mcp', 'providers', 'scripts', 'workers', 'workflows'];
 
 function sources(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -128,6 +128,14 @@ describe('kit boundaries', () => {
     expect(importsUnder((f) => f.startsWith('mcp/'), ['cli/'])).toEqual([]);
     // The one place that wires MCP in beside /v1.
     expect(importsUnder((f) => f === 'api/bootstrap.ts', ['mcp/'])).toEqual(['api/bootstrap.ts -> mcp/http.ts']);
+  });
+
+  it('the family manifests (families/) are read by the registries only, never by the layers they assemble', () => {
+    // A manifest imports a family's routes, provisioner, activities, backend and seed: the domain,
+    // providers, infrastructure and workflows are given what they need (a provisioner list, backend
+    // specs) instead of reading the list themselves.
+    expect(importsUnder((f) => /^(domain|providers|infra|common|workflows)\//.test(f), ['families/'])).toEqual([]);
+    expect(importsUnder((f) => f.startsWith('families/'), ['workflows/'])).toEqual([]);
   });
 
   it('no import loop runs through the operations modules', () => {

@@ -1,4 +1,4 @@
-import { createProviders } from '../providers';
+import { createProviders } from '../families';
 import { loadConfig } from '../common/config';
 import { Keyring } from '../common/crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

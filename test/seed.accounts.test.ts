@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../common/config';
 import { seedDemo } from '../db/seeds';
-import { createProviders } from '../providers';
+import { createProviders } from '../families';
 import { startStack, type Stack } from './helpers/stack';
 import { waitFor } from './vps.support';
 

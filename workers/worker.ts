@@ -6,7 +6,7 @@ import type { Db } from '../db/knex';
 import { createActivities } from '../activities';
 import { OperationService } from '../domain/operations';
 import { TemporalGateway } from '../infra/temporal';
-import { createProviders } from '../providers';
+import { createProviders, type FamilyManifest } from '../families';
 import { loadKeyring } from '../infra/master-key';
 import { createBackgroundServices, type BackgroundService } from './background';
 import { localServicePorts, protectLocalPorts } from '../infra/webhook-targets';
@@ -29,6 +29,8 @@ export interface WorkerInput {
   extraActivities?: Record<string, (...args: never[]) => Promise<unknown>>;
   /** Worker options beyond the defaults (tests: a worker without a workflow cache). */
   workerOptions?: Partial<Pick<WorkerOptions, 'maxCachedWorkflows'>>;
+  /** The families whose backends and activities it runs: every family (families/index.ts) unless a test mounts others. */
+  families?: readonly FamilyManifest[];
 }
 
 export interface WorkerBundle {
@@ -58,10 +60,10 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   // Deliveries run here: the control plane's own local services stay out of their reach.
   protectLocalPorts(localServicePorts(config));
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
-  const providers = createProviders({ db, config });
+  const providers = createProviders({ db, config }, input.families);
   const activityDeps = { config, db, logger, keyring, providers, operations, temporal };
   const activities = {
-    ...createActivities(activityDeps),
+    ...createActivities(activityDeps, input.families),
     ...(input.extraActivities ?? {}),
   };
   const worker = await Worker.create({
@@ -69,6 +71,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
     activities,
+    stickyQueueScheduleToStartTimeout: config.TEMPORAL_STICKY_TIMEOUT,
     ...input.workerOptions,
     ...(input.workflowBundle ? { workflowBundle: input.workflowBundle } : { workflowsPath: input.workflowsPath ?? require.resolve('../workflows') }),
   });

@@ -1,13 +1,13 @@
 /**
  * The workflow bundle's entry: every workflow the worker runs. Deterministic code only: no Node
  * built-ins, no I/O, no Date.now()/Math.random() (lint enforces the imports under workflows/).
+ *
+ * Workflows are bundled from this file by path, apart from the Node-side family manifests
+ * (families/), so each family's folder is re-exported here: one line per family, the folder its
+ * manifest names in `workflows` (test/kit-families.unit.test.ts checks the two agree).
  */
-export * from './orders/order.workflow';
-export * from './webhooks/webhook-endpoint.workflow';
-export * from './webhooks/webhook-delivery.workflow';
-export * from './vps/vps-power.workflow';
-export * from './vps/vps-reinstall.workflow';
-export * from './vps/vps-backup.workflow';
-export * from './vps/vps-restore.workflow';
-export * from './dbaas/dbaas-backup.workflow';
+export * from './orders';
+export * from './webhooks';
+export * from './vps';
+export * from './dbaas';
 export * from './services/service-teardown.workflow';

@@ -19,6 +19,7 @@ import { httpClient, type HttpClient } from './http';
 import { createAccount, createApiKey, createSession, createUser } from './fixtures';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { protectLocalPorts } from '../../infra/webhook-targets';
+import type { FamilyManifest } from '../../families';
 
 export interface StackOptions {
   /**
@@ -38,6 +39,8 @@ export interface StackOptions {
   logLines?: string[];
   /** Test-only activities registered on the worker beside the real ones. */
   extraActivities?: Record<string, (...args: any[]) => Promise<unknown>>;
+  /** The families the API and the worker mount (default: every family of families/index.ts; the skeleton test adds its own). */
+  families?: readonly FamilyManifest[];
 }
 
 export interface Stack {
@@ -105,7 +108,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   });
   const logLines = options.logLines;
   const logger = createLogger(config.LOG_LEVEL, 'test', logLines ? { write: (line: string) => void logLines.push(line) } : undefined);
-  const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger });
+  const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger, families: options.families });
   const server: Server = await new Promise((resolve) => {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -127,6 +130,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       taskQueue,
       workflowBundle: workflowBundle(),
       extraActivities: options.extraActivities,
+      families: options.families,
     }));
     for (const service of background) await service.start();
     running = worker!.run();

@@ -10,7 +10,7 @@ import type { AppDeps } from '../../deps';
 import { notFound, validationFailed } from '../../../domain/errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
-import { defineBackendList } from '../../route-presets';
+import { defineAsyncAction, defineBackendList, defineSyncWrite } from '../../route-presets';
 import { OperationSchema, listOf } from '../../schemas';
 import { accepted, startOperation } from '../../start-operation';
 import {
@@ -181,7 +181,7 @@ export const dbaasRoutes = [
     sortKey: (d) => d.name,
     present: presentDatabase,
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'post',
     path: '/v1/dbaas/{id}/databases',
     operationId: 'createDbaasDatabase',
@@ -194,9 +194,10 @@ export const dbaasRoutes = [
     params: idParams,
     body: CreateDatabaseBody,
     exampleBody: { name: 'shop' },
-    responses: [{ status: 201, description: 'The database', schema: DbaasDatabaseSchema }, NO_INSTANCE],
-    async handler({ params, body, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'databases', 'creating a database');
+    answer: { status: 201, description: 'The database', schema: DbaasDatabaseSchema },
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'databases', 'creating a database')).instance,
+    async write(instance, { body, deps }) {
       const check = checkDatabaseName(body.name, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
       // The owner is a user of the instance: never the engine's superuser or a predefined role.
@@ -204,11 +205,10 @@ export const dbaasRoutes = [
       if (owner && !owner.ok) throw validationFailed([{ param: 'owner', message: owner.message }]);
       const spec =
         instance.engine === 'postgresql' ? { name: body.name, owner: body.owner } : { name: body.name, charset: body.charset, collation: body.collation };
-      const database = await deps.providers.dbaas.createDatabase(instance.instance, spec);
-      return { status: 201, body: presentDatabase(database) };
+      return presentDatabase(await deps.providers.dbaas.createDatabase(instance.instance, spec));
     },
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'delete',
     path: '/v1/dbaas/{id}/databases/{name}',
     operationId: 'deleteDbaasDatabase',
@@ -219,13 +219,13 @@ export const dbaasRoutes = [
     scope: 'dbaas:write',
     marks: ['D', 'I'],
     params: databaseParams,
-    responses: [{ status: 204, description: 'Dropped' }, NO_INSTANCE],
-    async handler({ params, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'databases', 'dropping a database');
+    answer: { status: 204, description: 'Dropped' },
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'databases', 'dropping a database')).instance,
+    async write(instance, { params, deps }) {
       const check = checkDatabaseName(params.name, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'name', message: check.message }]);
       await orNotFound('database', () => deps.providers.dbaas.deleteDatabase(instance.instance, params.name));
-      return { status: 204 };
     },
   }),
   defineBackendList({
@@ -247,7 +247,7 @@ export const dbaasRoutes = [
     sortKey: (u) => u.id,
     present: presentUser,
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'post',
     path: '/v1/dbaas/{id}/users',
     operationId: 'createDbaasUser',
@@ -260,16 +260,16 @@ export const dbaasRoutes = [
     params: idParams,
     body: CreateUserBody,
     exampleBody: { username: 'app', password: 'a long and random passphrase' },
-    responses: [{ status: 201, description: 'The user', schema: DbaasUserSchema }, NO_INSTANCE],
-    async handler({ params, body, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'creating a user');
+    answer: { status: 201, description: 'The user', schema: DbaasUserSchema },
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'users', 'creating a user')).instance,
+    async write(instance, { body, deps }) {
       const check = checkUsername(body.username, instance.engine);
       if (!check.ok) throw validationFailed([{ param: 'username', message: check.message }]);
-      const user = await deps.providers.dbaas.createUser(instance.instance, { username: body.username, password: body.password });
-      return { status: 201, body: presentUser(user) };
+      return presentUser(await deps.providers.dbaas.createUser(instance.instance, { username: body.username, password: body.password }));
     },
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'delete',
     path: '/v1/dbaas/{id}/users/{username}',
     operationId: 'deleteDbaasUser',
@@ -280,15 +280,15 @@ export const dbaasRoutes = [
     scope: 'dbaas:write',
     marks: ['D', 'I'],
     params: userParams,
-    responses: [{ status: 204, description: 'Deleted' }, NO_INSTANCE],
-    async handler({ params, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'deleting a user');
+    answer: { status: 204, description: 'Deleted' },
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'users', 'deleting a user')).instance,
+    async write(instance, { params, deps }) {
       const ref = userRef(params.username, instance.engine);
       await orNotFound('user', () => deps.providers.dbaas.deleteUser(instance.instance, ref));
-      return { status: 204 };
     },
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'post',
     path: '/v1/dbaas/{id}/users/{username}/password',
     operationId: 'setDbaasUserPassword',
@@ -301,16 +301,16 @@ export const dbaasRoutes = [
     params: userParams,
     body: PasswordBody,
     exampleBody: { password: 'another long passphrase' },
-    responses: [{ status: 204, description: 'Changed' }, NO_INSTANCE],
-    async handler({ params, body, principal, deps }) {
-      const { instance } = await instanceTarget(deps, principal, params.id, 'users', 'changing a password');
+    answer: { status: 204, description: 'Changed' },
+    otherResponses: [NO_INSTANCE],
+    target: async ({ params, principal, deps }) => (await instanceTarget(deps, principal, params.id, 'users', 'changing a password')).instance,
+    async write(instance, { params, body, deps }) {
       const ref = userRef(params.username, instance.engine);
       const isAdmin = ref.username === instance.admin_username && (ref.host === undefined || ref.host === '%' || instance.engine === 'postgresql');
       const onEngine = () => orNotFound('user', () => deps.providers.dbaas.setPassword(instance.instance, ref, body.password));
       // The admin's sealed copy changes with the engine's: credentials never hands out a stale password.
       if (isAdmin) await changeAdminPassword(deps.db, deps.keyring, instance.service_id, body.password, onEngine);
       else await onEngine();
-      return { status: 204 };
     },
   }),
   defineRoute({
@@ -394,8 +394,7 @@ export const dbaasRoutes = [
     sortKey: backupSortKey,
     present: presentBackup,
   }),
-  defineRoute({
-    method: 'post',
+  defineAsyncAction({
     path: '/v1/dbaas/{id}/backups',
     operationId: 'createDbaasBackup',
     summary: 'Back up a database service',
@@ -405,14 +404,14 @@ export const dbaasRoutes = [
     scope: 'dbaas:write',
     marks: ['R', 'A', 'I'],
     params: idParams,
-    responses: [{ status: 202, description: 'The `dbaas.backup` operation', schema: OperationSchema }, NO_INSTANCE],
-    async handler({ params, principal, deps }) {
+    operation: 'dbaas.backup',
+    otherResponses: [NO_INSTANCE],
+    async start({ params, principal, deps }) {
       const { target, instance } = await instanceTarget(deps, principal, params.id, 'backups', 'a backup');
       // Accepted only while the instance answers (503 otherwise), so the 202 means the dump can start.
       await deps.providers.dbaas.status(instance.instance);
       return startOperation(deps, principal, {
         type: 'dbaas.backup',
-        workflow: 'dbaasBackupWorkflow',
         input: { serviceId: instance.service_id, instance: instance.instance },
         resource: resourceOf(target),
         serviceId: instance.service_id,

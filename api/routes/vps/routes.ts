@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { formatId } from '../../../common/ids';
 import type { Principal } from '../../../domain/principal';
 import { findTarget, visibleServiceId } from '../../../domain/services';
-import type { WorkflowInput } from '../../../domain/operations/start';
+import type { OperationInputOf } from '../../../domain/operations/start';
 import {
   claimReinstall,
   findVisibleVps,
@@ -22,8 +22,8 @@ import type { AppDeps } from '../../deps';
 import { notFound, unsupportedForProduct, validationFailed } from '../../../domain/errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
-import { defineBackendList } from '../../route-presets';
-import { OperationSchema, listOf } from '../../schemas';
+import { defineAsyncAction, defineBackendList, defineSyncWrite } from '../../route-presets';
+import { listOf } from '../../schemas';
 import { startOperation, type OperationStart } from '../../start-operation';
 import {
   BackupBody,
@@ -93,17 +93,16 @@ async function actionTarget(deps: AppDeps, principal: Principal, id: string, cap
  * in the same order (404, 400 for the capability, 409 for billing, no machine, a reinstall), and the
  * workflow's input comes from the machine row it locked.
  */
-function startVpsAction<W extends 'vpsPowerWorkflow' | 'vpsBackupWorkflow' | 'vpsRestoreWorkflow'>(
+function startVpsAction<T extends 'vps.power' | 'vps.backup' | 'vps.restore'>(
   deps: AppDeps,
   principal: Principal,
   rawId: string,
   { capability, what }: { capability: string; what: string },
-  start: Pick<OperationStart<W>, 'type' | 'workflow'> & { input: (server: Pick<VpsServerRow, 'service_id' | 'vmid'>) => WorkflowInput<W> },
+  start: Pick<OperationStart<T>, 'type'> & { input: (server: Pick<VpsServerRow, 'service_id' | 'vmid'>) => OperationInputOf<T> },
 ) {
   const serviceId = visibleServiceId(principal, rawId);
   return startOperation(deps, principal, {
     type: start.type,
-    workflow: start.workflow,
     input: (locked) => start.input(locked.vps as Pick<VpsServerRow, 'service_id' | 'vmid'>),
     resource: resourceOf(serviceId),
     serviceId,
@@ -163,7 +162,7 @@ export const vpsRoutes = [
       return { body: presentVps(target.service, server, live) };
     },
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'patch',
     path: '/v1/vps/{id}',
     operationId: 'updateVps',
@@ -176,13 +175,13 @@ export const vpsRoutes = [
     params: idParams,
     body: HostnameBody,
     exampleBody: { hostname: 'web-2.example.com' },
-    responses: [{ status: 200, description: 'The VPS after the rename', schema: VpsSchema }],
-    async handler({ params, body, principal, deps }) {
-      const { target, server } = await machineTarget(deps, principal, params.id, 'rename', 'a rename');
+    answer: { status: 200, description: 'The VPS after the rename', schema: VpsSchema },
+    target: ({ params, principal, deps }) => machineTarget(deps, principal, params.id, 'rename', 'a rename'),
+    async write({ target, server }, { body, deps }) {
       await deps.providers.hypervisor.setHostname(server.vmid, body.hostname);
       await recordHostname(deps.db, server.service_id, body.hostname);
       const live = await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.hypervisor.status(server.vmid));
-      return { body: presentVps(target.service, { ...server, hostname: body.hostname }, live) };
+      return presentVps(target.service, { ...server, hostname: body.hostname }, live);
     },
   }),
   defineRoute({
@@ -281,7 +280,7 @@ export const vpsRoutes = [
       };
     },
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'post',
     path: '/v1/vps/{id}/console',
     operationId: 'createVpsConsoleTicket',
@@ -295,19 +294,15 @@ export const vpsRoutes = [
     params: idParams,
     body: ConsoleBody,
     exampleBody: { type: 'vnc' },
-    responses: [{ status: 201, description: 'The console ticket', schema: ConsoleTicketSchema }],
-    async handler({ params, body, principal, deps }) {
-      const { server } = await machineTarget(deps, principal, params.id, 'console', 'a console');
+    answer: { status: 201, description: 'The console ticket', schema: ConsoleTicketSchema },
+    target: async ({ params, principal, deps }) => (await machineTarget(deps, principal, params.id, 'console', 'a console')).server,
+    async write(server, { body, deps }) {
       if (body.type === 'spice' && server.type !== 'qemu') throw unsupportedForProduct('console type spice');
       const grant = await deps.providers.hypervisor.consoleTicket(server.vmid, body.type);
-      return {
-        status: 201,
-        body: { object: 'console_ticket' as const, type: grant.type, url: grant.url, file: grant.file, expires_at: grant.expiresAt.toISOString() },
-      };
+      return { object: 'console_ticket' as const, type: grant.type, url: grant.url, file: grant.file, expires_at: grant.expiresAt.toISOString() };
     },
   }),
-  defineRoute({
-    method: 'post',
+  defineAsyncAction({
     path: '/v1/vps/{id}/power',
     operationId: 'powerVps',
     summary: 'Start, stop or reboot a virtual server',
@@ -319,8 +314,8 @@ export const vpsRoutes = [
     params: idParams,
     body: PowerBody,
     exampleBody: { action: 'reboot' },
-    responses: [{ status: 202, description: 'The `vps.power` operation', schema: OperationSchema }],
-    async handler({ params, body, principal, deps }) {
+    operation: 'vps.power',
+    async start({ params, body, principal, deps }) {
       return startVpsAction(
         deps,
         principal,
@@ -328,14 +323,12 @@ export const vpsRoutes = [
         { capability: 'power', what: 'a power action' },
         {
           type: 'vps.power',
-          workflow: 'vpsPowerWorkflow',
           input: (server) => ({ serviceId: server.service_id, vmid: server.vmid, action: body.action }),
         },
       );
     },
   }),
-  defineRoute({
-    method: 'post',
+  defineAsyncAction({
     path: '/v1/vps/{id}/reinstall',
     operationId: 'reinstallVps',
     summary: 'Reinstall a virtual server from a template',
@@ -347,8 +340,8 @@ export const vpsRoutes = [
     params: idParams,
     body: ReinstallBody,
     exampleBody: { template: 'local:import/debian-12-genericcloud-amd64.qcow2', root_password: 'a long and random passphrase' },
-    responses: [{ status: 202, description: 'The `vps.reinstall` operation', schema: OperationSchema }],
-    async handler({ params, body, principal, deps }) {
+    operation: 'vps.reinstall',
+    async start({ params, body, principal, deps }) {
       const { target, server } = await machineTarget(deps, principal, params.id, 'reinstall', 'a reinstall');
       refuseWhileReinstalling(server, 'another reinstall');
       const templates = await deps.providers.hypervisor.templates(server.vmid);
@@ -360,7 +353,6 @@ export const vpsRoutes = [
       // workflow cannot start, the row is taken back, and with it (foreign keys) the flag and the password.
       return startOperation(deps, principal, {
         type: 'vps.reinstall',
-        workflow: 'vpsReinstallWorkflow',
         input: { serviceId: server.service_id, vmid: server.vmid, template: body.template },
         resource: resourceOf(target.service.id),
         serviceId: server.service_id,
@@ -387,8 +379,7 @@ export const vpsRoutes = [
     sortKey: backupSortKey,
     present: presentBackup,
   }),
-  defineRoute({
-    method: 'post',
+  defineAsyncAction({
     path: '/v1/vps/{id}/backups',
     operationId: 'createVpsBackup',
     summary: 'Back up a virtual server',
@@ -400,8 +391,8 @@ export const vpsRoutes = [
     params: idParams,
     body: BackupBody,
     exampleBody: { mode: 'snapshot' },
-    responses: [{ status: 202, description: 'The `vps.backup` operation', schema: OperationSchema }],
-    async handler({ params, body, principal, deps }) {
+    operation: 'vps.backup',
+    async start({ params, body, principal, deps }) {
       return startVpsAction(
         deps,
         principal,
@@ -409,13 +400,12 @@ export const vpsRoutes = [
         { capability: 'backups', what: 'a backup' },
         {
           type: 'vps.backup',
-          workflow: 'vpsBackupWorkflow',
           input: (server) => ({ serviceId: server.service_id, vmid: server.vmid, mode: body.mode as 'snapshot' | 'suspend' | 'stop' }),
         },
       );
     },
   }),
-  defineRoute({
+  defineSyncWrite({
     method: 'delete',
     path: '/v1/vps/{id}/backups/{backup_id}',
     operationId: 'deleteVpsBackup',
@@ -425,16 +415,14 @@ export const vpsRoutes = [
     scope: 'vps:write',
     marks: ['D', 'I'],
     params: backupParams,
-    responses: [{ status: 204, description: 'Deleted' }],
-    async handler({ params, principal, deps }) {
-      const { server } = await machineTarget(deps, principal, params.id, 'backups', 'deleting a backup');
+    answer: { status: 204, description: 'Deleted' },
+    target: async ({ params, principal, deps }) => (await machineTarget(deps, principal, params.id, 'backups', 'deleting a backup')).server,
+    async write(server, { params, deps }) {
       const backup = await findOwnBackup(deps, server, params.backup_id);
       if (!(await deps.providers.hypervisor.deleteBackup(backup.volid))) throw notFound('backup');
-      return { status: 204 };
     },
   }),
-  defineRoute({
-    method: 'post',
+  defineAsyncAction({
     path: '/v1/vps/{id}/backups/{backup_id}/restore',
     operationId: 'restoreVpsBackup',
     summary: 'Restore a backup over a virtual server',
@@ -444,8 +432,8 @@ export const vpsRoutes = [
     scope: 'vps:write',
     marks: ['D', 'A', 'I'],
     params: backupParams,
-    responses: [{ status: 202, description: 'The `vps.restore` operation', schema: OperationSchema }],
-    async handler({ params, principal, deps }) {
+    operation: 'vps.restore',
+    async start({ params, principal, deps }) {
       // The backup is looked up on the machine first (404 if it is another VPS's), so this one reads.
       const { server } = await actionTarget(deps, principal, params.id, 'restore', 'a restore');
       const backup = await findOwnBackup(deps, server, params.backup_id);
@@ -456,7 +444,6 @@ export const vpsRoutes = [
         { capability: 'restore', what: 'a restore' },
         {
           type: 'vps.restore',
-          workflow: 'vpsRestoreWorkflow',
           input: (locked) => ({ serviceId: locked.service_id, vmid: locked.vmid, backupId: backup.volid }),
         },
       );

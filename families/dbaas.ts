@@ -1,0 +1,20 @@
+import { createDbaasActivities } from '../activities/dbaas/activities';
+import { dbaasDevRoutes } from '../api/routes/dbaas/dev.routes';
+import { dbaasRoutes } from '../api/routes/dbaas/routes';
+import { seedDbaas } from '../db/seeds/dbaas.seed';
+import { DbaasProvisioner } from '../domain/dbaas/provisioner';
+import { dbaasBackend } from '../providers/dbaas.backend';
+import { defineFamily } from './manifest';
+
+/** Managed databases (SPEC "DBaaS"): a PostgreSQL or MariaDB server per instance. */
+export const dbaasFamily = defineFamily({
+  name: 'dbaas',
+  routes: dbaasRoutes,
+  devRoutes: dbaasDevRoutes,
+  backend: dbaasBackend,
+  provisioner: ({ db, providers, keyring }) => new DbaasProvisioner(db, providers.dbaas, keyring),
+  activities: (deps) => createDbaasActivities(deps),
+  workflows: 'workflows/dbaas',
+  seed: ({ db, providers, keyring }) => seedDbaas(db, providers, keyring),
+  config: ['DBAAS_BACKEND', 'DBAAS_DATA_DIR', 'DBAAS_ADDRESS_RANGE', 'DBAAS_KEEPER_INTERVAL'],
+});

@@ -1,0 +1,26 @@
+import { defaultServerDataDir } from '../common/config';
+import { defineBackend } from './backend';
+import type { DbaasProvider } from './dbaas.provider';
+import { DbInstancesAdapter } from './dbinstances/dbinstances.adapter';
+import { DbaasSimulator } from './simulator/dbaas.simulator';
+
+declare module './backend' {
+  interface FamilyProviders {
+    /** Database instances of the DBaaS family (DBAAS_BACKEND: real servers on this machine, or the simulator). */
+    dbaas: DbaasProvider;
+  }
+}
+
+/** The DBaaS family's backend: a PostgreSQL or MariaDB server per instance (DBAAS_BACKEND=instances) or the simulator. */
+export const dbaasBackend = defineBackend({
+  family: 'dbaas',
+  key: 'dbaas',
+  simulator: ({ db, tasks }) => new DbaasSimulator(db, tasks),
+  real: {
+    selected: (config) => config.DBAAS_BACKEND !== 'simulator',
+    create: ({ config }) =>
+      new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE }),
+    // The instances listen on this machine: load-balancer backends may not point at their ports.
+    listeningPorts: (instances: DbInstancesAdapter) => instances.listeningPorts(),
+  },
+});

@@ -1,0 +1,2 @@
+/** The DBaaS family's workflows (re-exported by the bundle's entry, workflows/index.ts). */
+export * from './dbaas-backup.workflow';
