@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startStack, type Stack } from './helpers/stack';
 import { createApiKey, createService, createUser, FIXTURE_PASSWORD } from './helpers/fixtures';
@@ -289,5 +290,61 @@ describe('cloud commands from the route table', () => {
     expect(after.code).toBe(1);
     expect(after.stderr).toContain('authentication_error/authentication_required');
     expect(after.stderr).toContain('cloud login');
+  });
+});
+
+/** A `node` older than the project's 24 on this machine (Debian 12's is 20), or null. */
+const OLD_NODE = ['/usr/bin/node', '/bin/node'].find(
+  (bin) => existsSync(bin) && Number(execFileSync(bin, ['-p', 'process.versions.node']).toString().split('.')[0]) < 24,
+);
+const ROOT = path.resolve(__dirname, '..');
+
+describe.skipIf(!OLD_NODE)('cloud from a shell whose node is older than 24', () => {
+  it('`npx cloud` prints only what the CLI prints: no npm engine warning, even on the first call with a fresh npx cache', () => {
+    // A fresh npm cache: npx links the package into it, which is when npm checks `engines` (see .npmrc).
+    const cache = mkdtempSync(path.join(tmpdir(), 'cloud-npx-'));
+    try {
+      for (const args of [['--version'], ['--version'], ['nosuch']]) {
+        const run = spawnSync('npx', ['cloud', ...args], {
+          cwd: ROOT,
+          env: { PATH: `${path.dirname(OLD_NODE!)}:/usr/bin:/bin`, HOME: cache, npm_config_cache: cache, npm_config_update_notifier: 'false', NO_COLOR: '1' },
+          encoding: 'utf8',
+          timeout: 60_000,
+        });
+        if (args[0] === '--version') {
+          expect(run.stderr).toBe('');
+          expect(run.stdout).toBe(`${JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version}\n`);
+          expect(run.status).toBe(0);
+        } else {
+          // The CLI's own answer and exit status come through; npm adds nothing.
+          expect(run.stderr).not.toMatch(/npm (warn|WARN)|EBADENGINE/);
+          expect(run.status).toBe(2);
+        }
+      }
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  });
+
+  it('the bin starts again on the Node 24 of node_modules/.bin, with the same arguments and exit status', () => {
+    // Every Node process started reports its version (NODE_OPTIONS reaches the re-exec too).
+    const dir = mkdtempSync(path.join(tmpdir(), 'cloud-bin-'));
+    try {
+      const log = path.join(dir, 'versions');
+      const report = path.join(dir, 'report.js');
+      writeFileSync(report, `require('node:fs').appendFileSync(${JSON.stringify(log)}, process.versions.node.split('.')[0] + '\\n');\n`);
+      const env = { PATH: '/usr/bin:/bin', HOME: dir, NODE_OPTIONS: `--require ${report}` };
+      const ok = spawnSync(OLD_NODE!, [path.join(ROOT, 'cli/bin/cloud.js'), '--version'], { env, encoding: 'utf8', timeout: 60_000 });
+      expect(ok.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+      expect(ok.status).toBe(0);
+      const majors = readFileSync(log, 'utf8').trim().split('\n').map(Number);
+      expect(majors[0]).toBeLessThan(24);
+      expect(majors[majors.length - 1]).toBeGreaterThanOrEqual(24);
+      const bad = spawnSync(OLD_NODE!, [path.join(ROOT, 'cli/bin/cloud.js'), 'nosuch'], { env, encoding: 'utf8', timeout: 60_000 });
+      expect(bad.status).toBe(2);
+      expect(bad.stderr).toContain('nosuch');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

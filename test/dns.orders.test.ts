@@ -3,7 +3,7 @@ import { seedDns } from '../db/seeds/dns.seed';
 import { seedOrders } from '../db/seeds/orders.seed';
 import { BackendGoneError } from '../providers/errors';
 import { createService } from './helpers/fixtures';
-import { TEST_ZONE_DEFAULTS } from './helpers/powerdns';
+import { startTestPowerDns, TEST_ZONE_DEFAULTS } from './helpers/powerdns';
 import type { Stack } from './helpers/stack';
 import { newCustomer, placeOrder, waitFor } from './orders.support';
 import { resolverFor, startDnsStack, type DnsStack } from './dns.support';
@@ -111,5 +111,28 @@ describe('seed', () => {
     ]);
     const zone = await stack.http.get('/v1/dns/zones/example.test', { token: stack.owner.key });
     expect(zone.body).toMatchObject({ name: 'example.test', record_count: 6 });
+  });
+
+  it("puts the seeded zone on a second checkout's own server too: one database, two PowerDNS data dirs", async () => {
+    // Every checkout on a machine shares the `cloud` database, but each runs its own PowerDNS.
+    const second = await startTestPowerDns();
+    try {
+      const service = await createService(stack.db, stack.owner.accountId, { family: 'dns', label: 'two-checkouts.test', product: 'dns-zone' });
+      const first = stack.api.deps.providers;
+      await seedDns(stack.db, first, stack.config);
+      const ofSecond = { ...first, dns: second.adapter };
+      // The zone's row is there already (the first checkout's seed wrote it); the second server lacks the zone.
+      await expect(second.adapter.zoneInfo('two-checkouts.test')).rejects.toBeInstanceOf(BackendGoneError);
+      await seedDns(stack.db, ofSecond, stack.config);
+      await seedDns(stack.db, ofSecond, stack.config);
+      const r = resolverFor(second.server.dnsAddress);
+      expect(await r.resolve4('www.two-checkouts.test')).toEqual(['192.0.2.10']);
+      expect((await second.adapter.listRRsets('two-checkouts.test')).map((rr) => rr.type).sort()).toEqual(['A', 'MX', 'NS', 'SOA', 'TXT']);
+      // Still one zone row, the same service's, and the first server keeps its copy.
+      expect(await stack.db('dns_zones').where({ name: 'two-checkouts.test' }).select('service_id')).toEqual([{ service_id: service.serviceId }]);
+      expect(await resolverFor(env.pdns.server.dnsAddress).resolve4('www.two-checkouts.test')).toEqual(['192.0.2.10']);
+    } finally {
+      await second.close();
+    }
   });
 });

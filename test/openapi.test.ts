@@ -1,7 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createConfig, lintFromString } from '@redocly/openapi-core';
+import { z } from 'zod';
 import { buildRouteTable } from '../api/routes';
+import { GRANTABLE_TO_KEYS } from '../domain/scopes';
+import { SUBSCRIBABLE_EVENTS } from '../domain/webhooks/webhooks';
 import { startStack, type Stack } from './helpers/stack';
+import { newZone } from './dns.support';
 
 /** The OpenAPI document is generated from the route table; it must lint clean and list every route. */
 let stack: Stack;
@@ -13,6 +17,16 @@ beforeAll(async () => {
   doc = res.body;
 });
 afterAll(() => stack?.close());
+
+/** Every `enum` list in a JSON schema or an operation of the document, `$ref`s followed. */
+function enumsIn(node: unknown, seen = new Set<unknown>()): string[][] {
+  if (node === null || typeof node !== 'object' || seen.has(node)) return [];
+  seen.add(node);
+  const { $ref, enum: values } = node as { $ref?: string; enum?: unknown };
+  const here = Array.isArray(values) ? [values.map(String)] : [];
+  const target = typeof $ref === 'string' && $ref.startsWith('#/components/schemas/') ? doc.components.schemas[$ref.split('/').pop()!] : undefined;
+  return [...here, ...enumsIn(target, seen), ...Object.values(node).flatMap((child) => enumsIn(child, seen))];
+}
 
 describe('GET /v1/openapi.json', () => {
   it('is public OpenAPI 3.1', () => {
@@ -73,6 +87,23 @@ describe('GET /v1/openapi.json', () => {
     expect(statuses('get', '/v1/openapi.json')['503']).toBeUndefined();
   });
 
+  it('declares the 409 of a DNS read whose zone is gone from the DNS server (a second checkout, a zone deleted there)', async () => {
+    const { zone } = await newZone(stack, 'gone-from-server.test');
+    await stack.api.deps.providers.dns.deleteZone(zone);
+    for (const [path, docPath] of [
+      [`/v1/dns/zones/${zone}/export`, '/v1/dns/zones/{zone}/export'],
+      [`/v1/dns/zones/${zone}/records`, '/v1/dns/zones/{zone}/records'],
+      [`/v1/dns/zones/${zone}/records/www/A`, '/v1/dns/zones/{zone}/records/{name}/{type}'],
+    ]) {
+      const res = await stack.http.get(path, { token: stack.owner.key });
+      expect(res.status, `${path}: ${res.text}`).toBe(409);
+      expect(res.body.error).toMatchObject({ code: 'conflict', message: expect.stringContaining('not on the dns backend any more') });
+      expect(doc.paths[docPath].get.responses['409']?.content['application/json'].schema, docPath).toEqual({ $ref: '#/components/schemas/Error' });
+    }
+    // The zone itself still reads: its live fields are null when the server cannot give them.
+    expect((await stack.http.get(`/v1/dns/zones/${zone}`, { token: stack.owner.key })).status).toBe(200);
+  });
+
   it('is no looser than the validators: Idempotency-Key 1 to 255 characters, a body required only when `{}` is refused', () => {
     const routes = buildRouteTable({ devEndpoints: false }).filter((r) => !r.internal);
     for (const route of routes) {
@@ -85,6 +116,53 @@ describe('GET /v1/openapi.json', () => {
     // Every field of a webhook update is optional; a new webhook needs its url and events.
     expect(doc.paths['/v1/webhooks/{id}'].patch.requestBody.required).toBe(false);
     expect(doc.paths['/v1/webhooks'].post.requestBody.required).toBe(true);
+  });
+
+  it('declares every enum a validator has: scopes of a key, webhook event types, every other enum field', () => {
+    const routes = buildRouteTable({ devEndpoints: false }).filter((r) => !r.internal);
+    let checked = 0;
+    for (const route of routes) {
+      const declared = enumsIn(doc.paths[route.path][route.method]);
+      for (const part of [route.body, route.query, route.params]) {
+        if (!part) continue;
+        for (const values of enumsIn(z.toJSONSchema(part, { io: 'input', unrepresentable: 'any' }))) {
+          expect(declared, `${route.method} ${route.path}: ${values.join('|')}`).toContainEqual(values);
+          checked++;
+        }
+      }
+    }
+    expect(checked).toBeGreaterThanOrEqual(20);
+    const body = (method: string, path: string) => doc.paths[path][method].requestBody.content['application/json'].schema;
+    const items = (schema: any, field: string) => enumsIn(schema.properties[field].items)[0];
+    expect(items(body('post', '/v1/api-keys'), 'scopes')).toEqual(GRANTABLE_TO_KEYS);
+    expect(items(body('patch', '/v1/api-keys/{id}'), 'scopes')).toEqual(GRANTABLE_TO_KEYS);
+    expect(items(body('post', '/v1/webhooks'), 'events')).toEqual(SUBSCRIBABLE_EVENTS);
+    expect(items(body('patch', '/v1/webhooks/{id}'), 'events')).toEqual(SUBSCRIBABLE_EVENTS);
+  });
+
+  it('keeps the answers for values outside those enums: each element named, with why it is refused', async () => {
+    const key = await stack.http.post('/v1/api-keys', {
+      token: stack.owner.session,
+      body: { name: 'x', scopes: ['services:read', '*', 'vps:*', 'apikeys:read', 'vps:fly', 7] },
+    });
+    expect(key.status).toBe(400);
+    expect(key.body.error).toMatchObject({ type: 'invalid_request_error', code: 'validation_failed', param: 'scopes.1' });
+    expect(key.body.error.errors).toEqual([
+      { param: 'scopes.1', message: '"*" is not accepted: list concrete scopes' },
+      { param: 'scopes.2', message: '"vps:*" is not accepted: list concrete scopes' },
+      { param: 'scopes.3', message: '"apikeys:read" is session-only and cannot be granted to an API key' },
+      { param: 'scopes.4', message: '"vps:fly" is not a scope of this API (see GET /v1/capabilities)' },
+      { param: 'scopes.5', message: 'Invalid input: expected string, received number' },
+    ]);
+    const hook = await stack.http.post('/v1/webhooks', {
+      token: stack.owner.key,
+      body: { url: 'https://hooks.example.com/x', events: ['*', 'service.teleported'] },
+    });
+    expect(hook.status).toBe(400);
+    expect(hook.body.error).toMatchObject({ code: 'validation_failed', param: 'events.1' });
+    expect(hook.body.error.errors).toEqual([
+      { param: 'events.1', message: `"service.teleported" is not an event type (one of ${SUBSCRIBABLE_EVENTS.join(', ')})` },
+    ]);
   });
 
   it('leaves the development stand-ins and health checks out', () => {

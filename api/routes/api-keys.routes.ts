@@ -3,7 +3,7 @@ import { formatId, parseNumericId } from '../../common/ids';
 import { sha256Hex } from '../../common/crypto';
 import { API_KEY_PREFIX, newApiKeyToken } from '../../domain/credentials';
 import { canSeeService, type Principal } from '../../domain/principal';
-import { isKnownScope, SESSION_ONLY_SCOPES } from '../../domain/scopes';
+import { GRANTABLE_TO_KEYS, isKnownScope, SESSION_ONLY_SCOPES } from '../../domain/scopes';
 import { ApiKeyModel } from '../../db/models';
 import type { AppDeps } from '../deps';
 import { conflict, forbidden, insufficientScope, notFound, validationFailed, type FieldError } from '../../domain/errors';
@@ -11,9 +11,22 @@ import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../p
 import { defineRoute } from '../route';
 import { ApiKeySchema, CreatedApiKeySchema, idParam, iso, isoDateTime, listOf } from '../schemas';
 import { RATE_LIMIT_TIERS } from '../../infra/rate-limit';
+import { enumField } from '../enums';
 
 const name = z.string().min(1).max(255);
-const scopes = z.array(z.string().max(100)).min(1).max(100);
+/** Why a scope cannot be granted to a key (the `message` of its `scopes.N` error). */
+function scopeRefusal(scope: string): string {
+  if (scope === '*' || scope.endsWith(':*')) return `"${scope}" is not accepted: list concrete scopes`;
+  if (SESSION_ONLY_SCOPES.includes(scope)) return `"${scope}" is session-only and cannot be granted to an API key`;
+  if (!isKnownScope(scope)) return `"${scope}" is not a scope of this API (see GET /v1/capabilities)`;
+  return `"${scope}" cannot be granted to an API key`;
+}
+
+/** Concrete scopes a key can hold: an enum in the document, each refusal explained. */
+const scopes = z
+  .array(enumField(GRANTABLE_TO_KEYS as [string, ...string[]], scopeRefusal))
+  .min(1)
+  .max(100);
 const allowlist = z.array(z.string().max(50)).max(1000);
 
 const CreateBody = z
@@ -45,16 +58,8 @@ export function presentApiKey(row: ApiKeyModel) {
   };
 }
 
-/** Concrete, grantable scopes only; and a user can only grant what they hold. */
+/** A user can only grant what they hold (the schema let only concrete, grantable scopes through). */
 function checkScopes(principal: Principal, requested: string[]): string[] {
-  const errors: FieldError[] = [];
-  requested.forEach((scope, i) => {
-    const param = `scopes.${i}`;
-    if (scope === '*' || scope.endsWith(':*')) errors.push({ param, message: `"${scope}" is not accepted: list concrete scopes` });
-    else if (SESSION_ONLY_SCOPES.includes(scope)) errors.push({ param, message: `"${scope}" is session-only and cannot be granted to an API key` });
-    else if (!isKnownScope(scope)) errors.push({ param, message: `"${scope}" is not a scope of this API (see GET /v1/capabilities)` });
-  });
-  if (errors.length) throw validationFailed(errors);
   const notHeld = requested.find((s) => !principal.scopes.has(s));
   if (notHeld) throw insufficientScope(notHeld);
   return [...new Set(requested)];

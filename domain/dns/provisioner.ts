@@ -2,9 +2,9 @@ import type { Knex } from 'knex';
 import type { Config } from '../../common/config';
 import { DEFAULT_SOA_TIMERS, type DnsProvider, type ZoneDefaults } from '../../providers/dns.provider';
 import { BackendGoneError, BackendRefusedError } from '../../providers/errors';
-import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
+import type { PreparedOrder, ProvisionTarget, ServiceProvisioner } from '../provisioning';
 import { normalizeZoneName } from './names';
-import { claimZone, findZoneOfService, recordZoneFacts, releaseZone } from './store';
+import { claimZone, findZoneOfService, holdZoneForOrder, prepareZoneOrder, recordZoneFacts, releaseZone } from './store';
 import { reservedZones, type ZoneRefusal } from './zone-policy';
 
 /** The operation error's `backend_code` when the provisioner refuses a zone. */
@@ -74,6 +74,17 @@ export class DnsZoneProvisioner implements ServiceProvisioner {
       if (err instanceof BackendGoneError) return false;
       throw err;
     }
+  }
+
+  /**
+   * An order's zone is one service's at a time and never overlaps another account's: normalised
+   * here (case, trailing dot, IDN) and refused while held, then checked again under the zone tree's
+   * lock in the transaction that writes the order.
+   */
+  async prepareOrder(db: Knex, options: Record<string, unknown>, account: { id: number }): Promise<PreparedOrder> {
+    const prepared = await prepareZoneOrder(db, account.id, options, this.reserved);
+    const zone = String(prepared.zone);
+    return { options: prepared, hold: (trx) => holdZoneForOrder(trx, account.id, zone) };
   }
 
   /** Deletes the zone from the server, then frees its name. */

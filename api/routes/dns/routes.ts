@@ -38,9 +38,11 @@ const PRECONDITION = { status: 412, description: "`If-Match` does not match the 
 const CONFLICT = {
   status: 409,
   description:
-    "A CNAME would share its name with other types, the DNS server refused the change, or the zone's service is suspended, terminated, cancelled or held for review (`conflict`, the message names the status)",
+    "A CNAME would share its name with other types, the DNS server refused the change or no longer has the zone, or the zone's service is suspended, terminated, cancelled or held for review (`conflict`, the message names the status)",
 };
 const UNAVAILABLE = { status: 503, description: 'The DNS server does not answer (`backend_unavailable`)' };
+/** Reads that go to the DNS server: its service's row says the zone is there, the server says it is not. */
+const GONE = { status: 409, description: 'The zone is not on the DNS server any more (`conflict`)' };
 
 const ifMatch = (header: string | string[] | undefined) => (Array.isArray(header) ? header.join(', ') : header);
 
@@ -116,7 +118,7 @@ export const dnsRoutes = [
     scope: 'dns:read',
     marks: [],
     params: zoneParams,
-    responses: [{ status: 200, description: 'The zone file', schema: z.string(), contentType: 'text/plain' }, UNAVAILABLE],
+    responses: [{ status: 200, description: 'The zone file', schema: z.string(), contentType: 'text/plain' }, GONE, UNAVAILABLE],
     async handler({ params, principal, deps }) {
       const { zone } = await findTarget(() => findVisibleZone(deps.db, principal, params.zone), { capability: 'export' });
       return { body: await deps.providers.dns.exportZone(zone.name) };
@@ -135,6 +137,7 @@ export const dnsRoutes = [
     query: z.object({ ...paginationQuery() }),
     responses: [
       { status: 200, description: 'A page of RRsets, apex first, then by name from the right-most label', schema: listOf(DnsRRsetSchema, 'DnsRRsetList') },
+      GONE,
       UNAVAILABLE,
     ],
     async handler({ params, query, principal, deps }) {
@@ -160,7 +163,7 @@ export const dnsRoutes = [
     scope: 'dns:read',
     marks: [],
     params: rrsetParams,
-    responses: [{ status: 200, description: 'The RRset', schema: DnsRRsetSchema }, UNAVAILABLE],
+    responses: [{ status: 200, description: 'The RRset', schema: DnsRRsetSchema }, GONE, UNAVAILABLE],
     async handler({ params, principal, deps }) {
       const { zone } = await findTarget(() => findVisibleZone(deps.db, principal, params.zone), { capability: 'records' });
       const fqdn = absoluteName(params.name, zone.name);

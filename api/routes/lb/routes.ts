@@ -1,23 +1,10 @@
 import { z } from 'zod';
-import type { FieldError } from '../../../domain/errors';
 import type { Principal } from '../../../domain/principal';
 import { findTarget } from '../../../domain/services';
-import {
-  backendErrors,
-  backendIpProblem,
-  backendTargetErrors,
-  backendTargetProblem,
-  canonicalIp,
-  listenerErrors,
-  normalizeListeners,
-  planErrors,
-} from '../../../domain/lb/listeners';
-import { findVisibleLb, lockBalancer, storeListeners, visibleServicesWithBalancerQuery, type LbTarget } from '../../../domain/lb/store';
-import { reconcileBalancer } from '../../../domain/lb/reconcile';
-import { BackendRefusedError, liveRead } from '../../../providers/errors';
-import type { LbListener } from '../../../providers/lb.provider';
+import { addBackend, removeBackend, replaceListeners } from '../../../domain/lb/changes';
+import { findVisibleLb, visibleServicesWithBalancerQuery, type LbTarget } from '../../../domain/lb/store';
+import { liveRead } from '../../../providers/errors';
 import type { AppDeps } from '../../deps';
-import { conflict, notFound, validationFailed } from '../../../domain/errors';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { defineBackendList } from '../../route-presets';
@@ -42,13 +29,9 @@ import {
 
 /**
  * Load balancers (SPEC "Load balancers"). `{id}` is the lb service; its balancer (an HAProxy
- * process, or the simulator) is recorded in `lb_balancers` with the listener set it runs.
- *
- * Every change computes the complete resulting set, checks it (listener rules, the product's plan),
- * has the backend apply it (which checks again, with `haproxy -c` and a bind probe) and stores it,
- * all while holding the balancer's row: the answer comes after the balancer runs the new set, and a
- * refused set changes nothing, neither on the balancer nor in the database. These calls are short,
- * so the API makes them itself (no operation).
+ * process, or the simulator) is recorded in `lb_balancers` with the listener set it runs. Changes
+ * of the listener set are made, all or nothing, by domain/lb/changes.ts before the answer (no
+ * operation).
  */
 const TAG = 'Load balancers';
 
@@ -61,58 +44,6 @@ const backendListFingerprint = (serviceId: number) => listFingerprint('lb-backen
 async function capableTarget(deps: AppDeps, principal: Principal, id: string, capability: string, action?: string): Promise<LbTarget> {
   return findTarget(() => findVisibleLb(deps.db, principal, id), { capability, action });
 }
-
-/**
- * Replaces the balancer's listener set with `next(current)`, all or nothing. `paramOf` turns a
- * field of the resulting set (`listeners.0.backends.2.ip`) into the field of the request that
- * caused it (`ip` for an added backend). `targetErrors` judges where the set's backends point
- * (lb.rules.ts backendTargetProblem); a removal checks none, so a backend that is refused now can
- * still be taken out.
- */
-async function changeListeners(
-  deps: AppDeps,
-  target: LbTarget,
-  next: (current: LbListener[]) => LbListener[],
-  paramOf: (param: string) => string = (p) => p,
-  targetErrors: (wanted: LbListener[]) => FieldError[] = () => [],
-): Promise<LbListener[]> {
-  const serviceId = target.service.id;
-  let appliedToBalancer = false;
-  try {
-    return await deps.db.transaction(async (trx) => {
-      const balancer = await lockBalancer(trx, serviceId);
-      if (!balancer) throw conflict('This load balancer is not built yet (its order is still provisioning); try again once it is active.');
-      const wanted = next(balancer.listeners);
-      const problems = [
-        ...listenerErrors(wanted, { address: balancer.address }),
-        ...targetErrors(wanted),
-        ...planErrors(target.service.product ?? null, wanted),
-      ];
-      if (problems.length > 0) throw validationFailed(problems.map((e) => ({ param: paramOf(e.param), message: e.message })));
-      let applied: LbListener[];
-      try {
-        applied = await deps.providers.lb.apply(serviceId, normalizeListeners(wanted));
-      } catch (err) {
-        if (err instanceof BackendRefusedError && err.param) throw validationFailed([{ param: paramOf(err.param), message: err.message }]);
-        throw err;
-      }
-      appliedToBalancer = true;
-      await storeListeners(trx, serviceId, applied);
-      return applied;
-    });
-  } catch (err) {
-    // The balancer took the set but the database did not keep it: the stored set goes back on the
-    // balancer now, or at the keeper's next pass if the database is still out.
-    if (appliedToBalancer) {
-      await reconcileBalancer({ db: deps.db, lb: deps.providers.lb, logger: deps.logger }, serviceId).catch((e: Error) =>
-        deps.logger.error({ service: `svc_${serviceId}`, err: e.message }, 'load balancer could not be put back to its stored set; the keeper retries'),
-      );
-    }
-    throw err;
-  }
-}
-
-const sameBackend = (b: { ip: string; port: number }, ip: string, port: number) => canonicalIp(b.ip) === canonicalIp(ip) && b.port === port;
 
 export const lbRoutes = [
   defineRoute({
@@ -207,14 +138,7 @@ export const lbRoutes = [
     responses: [{ status: 200, description: 'The applied set, every listener on one page', schema: listOf(ListenerSchema, 'LbListenerList') }, NOT_BUILT],
     async handler({ params, body, principal, deps }) {
       const target = await capableTarget(deps, principal, params.id, 'listeners', 'a listener change');
-      const policy = await deps.providers.lbTargets();
-      const applied = await changeListeners(
-        deps,
-        target,
-        () => listenersFromBody(body),
-        undefined,
-        (wanted) => backendTargetErrors(wanted, policy),
-      );
+      const applied = await replaceListeners(deps, target, listenersFromBody(body));
       const all = presentListeners(applied).sort((a, b) => (a.name < b.name ? -1 : 1));
       return { body: listEnvelope(all, { hasMore: false, nextCursor: null }) };
     },
@@ -252,32 +176,8 @@ export const lbRoutes = [
     responses: [{ status: 201, description: 'The backend, applied', schema: BackendSchema }, NOT_BUILT],
     async handler({ params, body, principal, deps }) {
       const target = await capableTarget(deps, principal, params.id, 'backends', 'adding a backend');
-      const own = backendErrors(body, '');
-      if (own.length > 0) throw validationFailed(own);
-      // Only the added backend: the listener's others were judged when they were added.
-      const refused = backendTargetProblem(body.ip, body.port, await deps.providers.lbTargets());
-      if (refused) throw validationFailed([{ param: refused.field, message: refused.message }]);
-      let index = -1;
-      const applied = await changeListeners(
-        deps,
-        target,
-        (current) => {
-          index = current.findIndex((l) => l.name === body.listener);
-          if (index < 0)
-            throw validationFailed([
-              { param: 'listener', message: `no listener is named ${body.listener}; add listeners with PUT /v1/load-balancers/{id}/listeners` },
-            ]);
-          return current.map((l, i) => (i === index ? { ...l, backends: [...l.backends, { ip: body.ip, port: body.port, weight: body.weight }] } : l));
-        },
-        (param) => {
-          const added = new RegExp(`^listeners\\.${index}\\.backends\\.(\\d+)\\.(ip|port|weight)$`).exec(param);
-          if (added) return added[2];
-          return param.startsWith('listeners') ? 'listener' : param;
-        },
-      );
-      const listener = applied[index];
-      const backend = listener.backends[listener.backends.length - 1];
-      return { status: 201, body: { object: 'lb_backend' as const, listener: listener.name, ip: backend.ip, port: backend.port, weight: backend.weight } };
+      const { listener, backend } = await addBackend(deps, target, body);
+      return { status: 201, body: { object: 'lb_backend' as const, listener, ...backend } };
     },
   }),
   defineRoute({
@@ -294,26 +194,7 @@ export const lbRoutes = [
     responses: [{ status: 204, description: 'Removed and applied' }, NOT_BUILT],
     async handler({ params, principal, deps }) {
       const target = await capableTarget(deps, principal, params.id, 'backends', 'removing a backend');
-      const problems: FieldError[] = [];
-      const ipProblem = backendIpProblem(params.ip);
-      if (ipProblem) problems.push({ param: 'ip', message: ipProblem });
-      const port = /^\d{1,5}$/.test(params.port) ? Number(params.port) : 0;
-      if (port < 1 || port > 65535) problems.push({ param: 'port', message: 'must be an integer from 1 to 65535' });
-      if (problems.length > 0) throw validationFailed(problems);
-      await changeListeners(deps, target, (current) => {
-        const listener = current.find((l) => l.name === params.listener);
-        if (!listener) throw notFound('listener');
-        if (!listener.backends.some((b) => sameBackend(b, params.ip, port))) throw notFound('backend');
-        if (listener.backends.length === 1) {
-          throw validationFailed([
-            {
-              param: 'listener',
-              message: `${params.ip} port ${port} is the last backend of listener ${listener.name}; a listener needs one. Replace the listener set to remove the listener.`,
-            },
-          ]);
-        }
-        return current.map((l) => (l === listener ? { ...l, backends: l.backends.filter((b) => !sameBackend(b, params.ip, port)) } : l));
-      });
+      await removeBackend(deps, target, { listener: params.listener, ip: params.ip, port: params.port });
       return { status: 204 };
     },
   }),

@@ -1,13 +1,11 @@
 import { z } from 'zod';
-import { formatId, parseNumericId } from '../../../common/ids';
-import { holdZoneForOrder, prepareZoneOrder } from '../../../domain/dns/store';
-import { reservedZones } from '../../../domain/dns/zone-policy';
-import { findVisibleOrder, presentOrders, presentProduct, validateOptions } from '../../../domain/orders/orders';
-import { type BillingCycle } from '../../../providers/billing.provider';
-import { cancelOrder, createOrder, isSiteNameTaken, listOrders, withdrawOrder } from '../../../domain/orders/store';
+import { parseNumericId } from '../../../common/ids';
+import { findVisibleOrder, presentOrders, presentProduct } from '../../../domain/orders/orders';
+import { accountCurrency, placeOrder } from '../../../domain/orders/place';
+import { cancelOrder, listOrders } from '../../../domain/orders/store';
 import { orderCancelledSignal } from '../../../workflows/orders/signals';
 import type { AppDeps } from '../../deps';
-import { DomainError, notFound, validationFailed, type FieldError } from '../../../domain/errors';
+import { notFound, validationFailed } from '../../../domain/errors';
 import { listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { OperationSchema, idParam, listOf } from '../../schemas';
@@ -15,13 +13,9 @@ import { OperationSchema, idParam, listOf } from '../../schemas';
 import { CancelOrderBody, CreateOrderBody, FAMILY_FILTER, OrderSchema, PaymentMethodSchema, PRODUCTS_PAGE_DEFAULT, ProductSchema } from './schemas';
 /**
  * Orders (SPEC "Orders", DECISIONS "Orders"): the catalog, payment methods, placing an order (an
- * `orders.create` operation), reading and cancelling orders. Static paths come before `{id}`.
+ * `orders.create` operation, domain/orders/place.ts), reading and cancelling orders. Static paths
+ * come before `{id}`.
  */
-
-async function accountCurrency(deps: AppDeps, accountId: number): Promise<string> {
-  const account = await deps.db('accounts').where({ id: accountId }).first();
-  return account?.currency ?? 'EUR';
-}
 
 function decodeKey(deps: AppDeps, list: string, cursor: string | undefined): number | undefined {
   if (cursor === undefined) return undefined;
@@ -44,7 +38,7 @@ export const orderRoutes = [
     query: z.object({ ...paginationQuery(PRODUCTS_PAGE_DEFAULT), family: z.enum(FAMILY_FILTER).optional() }),
     responses: [{ status: 200, description: 'A page of products, newest first', schema: listOf(ProductSchema, 'ProductList') }],
     async handler({ query, principal, deps }) {
-      const currency = await accountCurrency(deps, principal.accountId);
+      const currency = await accountCurrency(deps.db, principal.accountId);
       const list = listFingerprint('orders.products', { family: query.family, currency });
       const before = decodeKey(deps, list, query.cursor);
       const page = await deps.providers.billing.listProducts({ currency, family: query.family, limit: query.limit, before });
@@ -84,92 +78,8 @@ export const orderRoutes = [
     exampleBody: { product: 'dns-zone', billing_cycle: 'monthly', options: { zone: 'example.org' } },
     responses: [{ status: 202, description: 'The `orders.create` operation (Location: /v1/operations/{id})', schema: OperationSchema }],
     async handler({ body, principal, deps }) {
-      const { billing } = deps.providers;
-      const currency = await accountCurrency(deps, principal.accountId);
-      const product = await billing.getProduct(body.product, currency);
-      if (!product || product.retired) throw validationFailed([{ param: 'product', message: `"${body.product}" is not an orderable product` }]);
-      const sold = Object.keys(product.prices) as BillingCycle[];
-      if (sold.length === 0) throw validationFailed([{ param: 'product', message: `"${body.product}" is not sold in ${currency}` }]);
-      const cycle: BillingCycle = body.billing_cycle ?? (sold.includes('monthly') ? 'monthly' : sold[0]);
-
-      const errors: FieldError[] = [];
-      if (!sold.includes(cycle)) errors.push({ param: 'billing_cycle', message: `is not sold for "${product.slug}" (sold: ${sold.join(', ')})` });
-      const checked = validateOptions(product.options_schema, body.options ?? {});
-      errors.push(...checked.errors);
-      if (product.requires_site_name && !body.site_name) errors.push({ param: 'site_name', message: 'is required for this product' });
-      if (!product.requires_site_name && body.site_name) errors.push({ param: 'site_name', message: 'this product takes no site_name' });
-      const methods = await billing.listPaymentMethods();
-      if (body.payment_method && !methods.some((m) => m.id === body.payment_method)) {
-        errors.push({ param: 'payment_method', message: `must be one of: ${methods.map((m) => m.id).join(', ')}` });
-      }
-      if (errors.length) throw validationFailed(errors);
-      // A zone is one service's at a time and never overlaps another account's: normalised here (case,
-      // trailing dot, IDN) and refused while held, then checked again where the order is written.
-      let zone: string | null = null;
-      if (product.product_family === 'dns') {
-        checked.options = await prepareZoneOrder(deps.db, principal.accountId, checked.options, reservedZones(deps.config));
-        zone = String(checked.options.zone);
-      }
-
-      const invalidPromo = (reason?: string) =>
-        new DomainError(400, 'invalid_request_error', 'invalid_promocode', `The promo code ${reason ?? 'is not valid'}.`, 'promo_code');
-      if (body.promo_code) {
-        const promo = await billing.checkPromo(body.promo_code, product, cycle);
-        if (!promo.ok) throw invalidPromo(promo.reason);
-      }
-      const hostnameTaken = () =>
-        new DomainError(400, 'invalid_request_error', 'hostname_taken', `The site name "${body.site_name}" is already taken.`, 'site_name');
-      if (body.site_name && (await isSiteNameTaken(deps.db, body.site_name))) throw hostnameTaken();
-      const paymentMethod = body.payment_method ?? (methods.find((m) => m.default) ?? methods[0]).id;
-
-      // The order id is taken up front so that the operation row, its resource and the workflow input
-      // all name it; the order row is written in the operation's transaction.
-      const seq = await deps.db.raw(`select nextval(pg_get_serial_sequence('orders', 'id')) as id`);
-      const orderId = Number(seq.rows[0].id);
-      const orderRef = formatId('ord', orderId);
-      const initialResult = { order: { id: orderRef, status: 'pending' }, invoice: null };
-      const undoOrder = async () => {
-        // The operation could not start (Temporal did not answer): take the order back too.
-        await withdrawOrder(deps.db, billing, orderId);
-      };
-      const op = await deps.operations
-        .start({
-          principal,
-          type: 'orders.create',
-          workflow: 'orderWorkflow',
-          input: { orderId, activationTimeoutMs: deps.config.ORDER_ACTIVATION_TIMEOUT },
-          resource: { object: 'order', id: orderRef },
-          initialStatus: 'pending',
-          async inTransaction(trx, operationId) {
-            if (zone !== null) await holdZoneForOrder(trx, principal.accountId, zone);
-            const created = await createOrder(trx, billing, {
-              id: orderId,
-              accountId: principal.accountId,
-              operationId,
-              product,
-              billingCycle: cycle,
-              options: checked.options,
-              promoCode: body.promo_code ?? null,
-              siteName: body.site_name ?? null,
-              paymentMethod,
-              currency,
-              credentialId: principal.credentialId,
-            });
-            if ('refused' in created) {
-              // Checked again inside the transaction: another order took the name or the last promo use meanwhile.
-              if (created.refused === 'site_name') throw hostnameTaken();
-              throw invalidPromo(created.reason);
-            }
-            await trx('operations')
-              .where({ id: operationId })
-              .update({ result: JSON.stringify(initialResult) });
-          },
-        })
-        .catch(async (err: unknown) => {
-          if (err instanceof DomainError && err.code === 'backend_unavailable') await undoOrder();
-          throw err;
-        });
-      return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: { ...op, result: initialResult } };
+      const op = await placeOrder(deps, principal, body);
+      return { status: 202, headers: { Location: `/v1/operations/${op.id}` }, body: op };
     },
   }),
   defineRoute({

@@ -1,55 +1,27 @@
 import { z } from 'zod';
-import { formatId, newUlidId } from '../../../common/ids';
-import { emitEvent } from '../../../domain/events';
-import { checkTarget, TargetRejected } from '../../../infra/webhook-targets';
 import {
-  eventBody,
   findDelivery,
   findWebhook,
-  MAX_WEBHOOKS_PER_ACCOUNT,
-  newWebhookSecret,
   presentDeliveriesFor,
   presentDelivery,
   presentWebhook,
   presentWebhookWithSecret,
-  deliverToEndpoint,
-  stopEndpointWorkflow,
-  SUBSCRIBABLE_EVENTS,
-  WEBHOOK_SECRET_PURPOSE,
+  MAX_WEBHOOKS_PER_ACCOUNT,
   type DeliveryRow,
   type WebhookRow,
 } from '../../../domain/webhooks/webhooks';
-import type { AppDeps } from '../../deps';
-import { backendUnavailable, conflict, quotaExceeded, validationFailed, type FieldError } from '../../../domain/errors';
+import { createWebhook, deleteWebhook, pingWebhook, redeliver, rotateWebhookSecret, updateWebhook } from '../../../domain/webhooks/manage';
+import { formatId } from '../../../common/ids';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { listOf } from '../../schemas';
-
 import { CreateBody, deliveryParams, UpdateBody, WebhookDeliverySchema, webhookParams, WebhookSchema, WebhookWithSecretSchema } from './schemas';
+
 /**
  * Webhooks (SPEC Endpoints "Webhooks", Events; DECISIONS "Webhook delivery record"). How deliveries
- * work, and the choices SPEC leaves open, are in docs/webhooks.md.
+ * work, and the choices SPEC leaves open, are in docs/webhooks.md; the changes are made by
+ * domain/webhooks/manage.ts.
  */
-
-function checkEvents(events: string[]): string[] {
-  const errors: FieldError[] = [];
-  events.forEach((event, i) => {
-    if (!SUBSCRIBABLE_EVENTS.includes(event)) {
-      errors.push({ param: `events.${i}`, message: `"${event}" is not an event type (one of ${SUBSCRIBABLE_EVENTS.join(', ')})` });
-    }
-  });
-  if (errors.length) throw validationFailed(errors);
-  return [...new Set(events)];
-}
-
-async function checkUrl(deps: AppDeps, url: string): Promise<string> {
-  try {
-    return await checkTarget(url, { allowInsecure: deps.config.WEBHOOK_ALLOW_INSECURE_TARGETS });
-  } catch (err) {
-    if (err instanceof TargetRejected) throw validationFailed([{ param: 'url', message: err.message }]);
-    throw err;
-  }
-}
 
 export const webhookRoutes = [
   defineRoute({
@@ -68,27 +40,7 @@ export const webhookRoutes = [
     exampleBody: { url: 'https://hooks.example.com/cloud', events: ['operation.completed', 'service.suspended'] },
     responses: [{ status: 201, description: 'The webhook, with its secret', schema: WebhookWithSecretSchema }],
     async handler({ body, principal, deps }) {
-      const events = checkEvents(body.events);
-      const url = await checkUrl(deps, body.url);
-      const secret = newWebhookSecret();
-      const row: WebhookRow = await deps.db.transaction(async (trx) => {
-        // Serialises creations per account, so two at once cannot both take the last place.
-        await trx('accounts').where({ id: principal.accountId }).forUpdate().first('id');
-        const { n } = (await trx('webhooks').where({ account_id: principal.accountId }).count('* as n').first()) as { n: string | number };
-        if (Number(n) >= MAX_WEBHOOKS_PER_ACCOUNT) {
-          throw quotaExceeded(`An account can have at most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks; delete one before adding another.`);
-        }
-        const [inserted] = await trx('webhooks')
-          .insert({
-            account_id: principal.accountId,
-            url,
-            events,
-            enabled: body.enabled ?? true,
-            secret_sealed: deps.keyring.encrypt(WEBHOOK_SECRET_PURPOSE, secret),
-          })
-          .returning('*');
-        return inserted;
-      });
+      const { row, secret } = await createWebhook(deps, principal, body);
       const view = presentWebhookWithSecret(row, secret);
       return { status: 201, headers: { Location: `/v1/webhooks/${view.id}` }, body: view };
     },
@@ -152,23 +104,7 @@ export const webhookRoutes = [
     exampleBody: { enabled: true },
     responses: [{ status: 200, description: 'The updated webhook', schema: WebhookSchema }],
     async handler({ params, body, principal, deps }) {
-      await findWebhook(deps.db, principal, params.id);
-      const patch: Record<string, unknown> = {};
-      if (body.events !== undefined) patch.events = checkEvents(body.events);
-      if (body.url !== undefined) patch.url = await checkUrl(deps, body.url);
-      const row = await deps.db.transaction(async (trx) => {
-        const current = await findWebhook(trx, principal, params.id, true);
-        if (body.enabled !== undefined) {
-          patch.enabled = body.enabled;
-          if (body.enabled && !current.enabled) patch.consecutive_failures = 0;
-        }
-        if (Object.keys(patch).length === 0) return current;
-        const [updated] = await trx('webhooks')
-          .where({ id: current.id })
-          .update({ ...patch, updated_at: trx.fn.now() })
-          .returning('*');
-        return updated as WebhookRow;
-      });
+      const row = await updateWebhook(deps, principal, params.id, body);
       return { body: presentWebhook(row) };
     },
   }),
@@ -185,12 +121,7 @@ export const webhookRoutes = [
     params: webhookParams,
     responses: [{ status: 204, description: 'The webhook is gone' }],
     async handler({ params, principal, deps }) {
-      const webhookId = await deps.db.transaction(async (trx) => {
-        const row = await findWebhook(trx, principal, params.id, true);
-        await trx('webhooks').where({ id: row.id }).delete();
-        return row.id;
-      });
-      await stopEndpointWorkflow(deps.temporal, webhookId);
+      await deleteWebhook(deps, principal, params.id);
       return { status: 204 };
     },
   }),
@@ -208,13 +139,7 @@ export const webhookRoutes = [
     params: webhookParams,
     responses: [{ status: 200, description: 'The webhook, with its new secret', schema: WebhookWithSecretSchema }],
     async handler({ params, principal, deps }) {
-      const current = await findWebhook(deps.db, principal, params.id);
-      const secret = newWebhookSecret();
-      const [row] = await deps
-        .db('webhooks')
-        .where({ id: current.id })
-        .update({ secret_sealed: deps.keyring.encrypt(WEBHOOK_SECRET_PURPOSE, secret), updated_at: deps.db.fn.now() })
-        .returning('*');
+      const { row, secret } = await rotateWebhookSecret(deps, principal, params.id);
       return { body: presentWebhookWithSecret(row, secret) };
     },
   }),
@@ -232,27 +157,7 @@ export const webhookRoutes = [
     params: webhookParams,
     responses: [{ status: 201, description: 'The queued delivery', schema: WebhookDeliverySchema }],
     async handler({ params, principal, deps }) {
-      const delivery = await deps.db.transaction(async (trx) => {
-        const webhook = await findWebhook(trx, principal, params.id, true);
-        if (!webhook.enabled) throw conflict('The webhook is disabled; enable it (PATCH enabled: true) before pinging it.');
-        // The event goes through the outbox like any other; the dispatcher starts its delivery.
-        const event = await emitEvent(trx, {
-          accountId: principal.accountId,
-          type: 'webhook.ping',
-          data: { object: 'ping' as const, webhook: formatId('whk', webhook.id) },
-        });
-        const [row] = await trx('webhook_deliveries')
-          .insert({
-            id: newUlidId('dlv'),
-            webhook_id: webhook.id,
-            account_id: principal.accountId,
-            event_id: event.id,
-            event_type: event.type,
-            body: eventBody(event),
-          })
-          .returning('*');
-        return row as DeliveryRow;
-      });
+      const delivery = await pingWebhook(deps, principal, params.id);
       return {
         status: 201,
         headers: { Location: `/v1/webhooks/${formatId('whk', delivery.webhook_id)}/deliveries/${delivery.id}` },
@@ -317,27 +222,7 @@ export const webhookRoutes = [
     params: deliveryParams,
     responses: [{ status: 200, description: 'The re-queued delivery', schema: WebhookDeliverySchema }],
     async handler({ params, principal, deps }) {
-      const webhook = await findWebhook(deps.db, principal, params.id);
-      const before = await findDelivery(deps.db, webhook, params.delivery_id);
-      if (!webhook.enabled) throw conflict('The webhook is disabled; enable it (PATCH enabled: true) before redelivering.');
-      const [requeued] = (await deps
-        .db('webhook_deliveries')
-        .where({ id: before.id })
-        .whereIn('status', ['delivered', 'failed'])
-        .update({ status: 'queued', next_attempt_at: deps.db.fn.now(), delivered_at: null, updated_at: deps.db.fn.now() })
-        .returning('*')) as DeliveryRow[];
-      if (!requeued) throw conflict('This delivery is already queued; it is being attempted.');
-      try {
-        // A fresh schedule (attempt 1) in the endpoint's workflow.
-        await deliverToEndpoint(deps.temporal, deps.config, { webhookId: requeued.webhook_id, accountId: requeued.account_id }, [{ id: requeued.id }]);
-      } catch (err) {
-        deps.logger.error({ err, delivery: requeued.id }, 'could not start the redelivery');
-        await deps
-          .db('webhook_deliveries')
-          .where({ id: before.id, status: 'queued' })
-          .update({ status: before.status, next_attempt_at: before.next_attempt_at, delivered_at: before.delivered_at });
-        throw backendUnavailable('webhooks');
-      }
+      const requeued = await redeliver(deps, principal, params.id, params.delivery_id);
       const [view] = await presentDeliveriesFor(deps.db, principal, [requeued]);
       return { body: view };
     },

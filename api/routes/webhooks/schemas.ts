@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { SUBSCRIBABLE_EVENTS } from '../../../domain/webhooks/webhooks';
+import { enumField } from '../../enums';
 import { idParam } from '../../schemas';
 
 /** Request and response schemas of webhooks (one schema: validation, handler types, OpenAPI). */
@@ -47,8 +48,13 @@ export const urlField = z
   .min(1)
   .max(2048)
   .meta({ description: 'https URL reachable from the public internet.', example: 'https://hooks.example.com/cloud' });
+/** One subscribable event type: an enum in the document, refused with the list of types. */
+const eventType = enumField(
+  SUBSCRIBABLE_EVENTS as [string, ...string[]],
+  (event) => `"${event}" is not an event type (one of ${SUBSCRIBABLE_EVENTS.join(', ')})`,
+);
 export const eventsField = z
-  .array(z.string().max(100))
+  .array(eventType)
   .min(1)
   .max(20)
   .meta({ description: `Event types to receive: ${SUBSCRIBABLE_EVENTS.map((e) => `\`${e}\``).join(', ')} (\`*\` is every type, including future ones).` });
