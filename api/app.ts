@@ -265,7 +265,13 @@ async function handle(deps: AppDeps, route: AnyRoute, expressPath: string, req: 
     }
     if (idempotencyKey !== undefined && !route.returnsSecret) {
       result = await runIdempotent(
-        { db: deps.db, keyring: deps.keyring, abandonAfterMs: deps.config.IDEMPOTENCY_ABANDON_AFTER },
+        {
+          db: deps.db,
+          keyring: deps.keyring,
+          abandonAfterMs: deps.config.IDEMPOTENCY_ABANDON_AFTER,
+          startOperation: (id) => deps.operations.startFromRow(id),
+          logger: deps.logger,
+        },
         { accountId: principal.accountId, key: idempotencyKey, method: req.method, path: req.path, body: req.body ?? null },
         run,
       );

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash, randomUUID } from 'node:crypto';
 import type { Keyring } from '../common/crypto';
+import type { Logger } from '../common/logger';
 import { DomainError } from './errors';
 import { presentOperation } from './operations/contract';
 import { stableStringify } from '../common/stable-json';
@@ -41,6 +42,13 @@ export interface IdempotencyDeps {
   keyring: Keyring;
   /** A `running` record whose owner has not finished within this is taken to be abandoned (its process died). */
   abandonAfterMs: number;
+  /**
+   * Starts the workflow of an operation that an abandoned request created (OperationService.startFromRow:
+   * from the row's `workflow_start`, within OPERATION_START_TIMEOUT, a start that already happened
+   * counting as started). Passed in rather than imported: the operation service imports this module.
+   */
+  startOperation: (operationId: string) => Promise<unknown>;
+  logger: Logger;
 }
 
 const canonical = (r: Pick<IdempotentRequest, 'method' | 'path' | 'body'>) => `${r.method}\n${r.path}\n${stableStringify(r.body)}`;
@@ -115,8 +123,9 @@ interface KeyRow {
  * compare-and-swap on that token (never on a timestamp, whose precision the driver does not keep).
  * A `running` record whose owner has not finished within `abandonAfterMs` belonged to a process
  * that died: if it had created its operation (bound in the operation's transaction), the retry
- * answers with that operation, as the first request would have; if not, nothing was started and
- * the retry takes the record over and runs the request.
+ * starts that operation's workflow if it had not been (resumeOperation) and answers with the
+ * operation, as the first request would have; if not, nothing was started and the retry takes the
+ * record over and runs the request.
  */
 export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRequest, run: () => Promise<RecordedAnswer>): Promise<IdempotentOutcome> {
   const { db } = deps;
@@ -163,6 +172,7 @@ export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRe
     if (existing.operation_id) {
       const operation = await db('operations').where({ id: existing.operation_id }).first();
       if (operation) {
+        await resumeOperation(deps, operation.id);
         const answer = { status: 202, headers: { Location: `/v1/operations/${operation.id}` }, body: presentOperation(operation) };
         await db('idempotency_keys')
           .where(held)
@@ -180,6 +190,27 @@ export async function runIdempotent(deps: IdempotencyDeps, request: IdempotentRe
     // Someone else took it over first: look again.
   }
   throw inUse();
+}
+
+/**
+ * The abandoned request committed its operation and may have died before starting its workflow.
+ * The committed row is the intent, so the retry starts it before answering 202 with it (a workflow
+ * that did start is not started again: its id is the operation id). If Temporal does not take the
+ * start within its deadline, the answer is still 202: the row holds what starting it takes, and the
+ * orphan sweeper starts it once Temporal answers (a late start of this one and the sweeper's are one
+ * run). A 503 here would be wrong: the action still happens, and the key, kept bound to the
+ * operation, could never answer otherwise. A row that cannot say how to start (written before
+ * `workflow_start`) is left to the sweeper, which fails it `not_started`.
+ */
+async function resumeOperation(deps: IdempotencyDeps, operationId: string): Promise<void> {
+  try {
+    await deps.startOperation(operationId);
+  } catch (err) {
+    deps.logger.warn(
+      { err: (err as Error).message, operation: operationId },
+      'could not start the workflow of an abandoned request; answering 202, the orphan sweeper starts it',
+    );
+  }
 }
 
 function replay(row: KeyRow): IdempotentOutcome {

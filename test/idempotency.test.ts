@@ -1,8 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { legacyRequestHash } from '../domain/idempotency';
+import { WorkflowNotFoundError } from '@temporalio/common';
+import { legacyRequestHash, runIdempotent } from '../domain/idempotency';
+import { OperationService } from '../domain/operations';
+import { machineGuard, type VpsServerRow } from '../domain/vps/store';
+import { OrphanOperationSweeper } from '../workers/orphan-operation-sweeper';
 import { RetentionSweeper } from '../workers/retention-sweeper';
 import { startStack, type Stack } from './helpers/stack';
-import { createVps, waitForOperation } from './vps.support';
+import { createVps, simulator, waitFor, waitForOperation, type TestVps } from './vps.support';
 
 /**
  * Idempotency records that outlive their request: a process that died holding a key (taken over
@@ -34,6 +38,70 @@ async function staleRecord(key: string, path: string, body: unknown, fields: Rec
   });
 }
 
+/**
+ * What an API killed between committing an operation and starting its workflow leaves behind: a
+ * `vps.power` operation row (with its `workflow_start`) and the key's `running` record bound to it,
+ * its hold not renewed for five minutes. It is made by the real start and key code, with a start
+ * that never reaches Temporal and a hold that never beats (as a dead process's).
+ */
+async function killedAfterCommit(vps: TestVps, key: string, path: string, body: { action: 'stop' }): Promise<string> {
+  const principal = await stack.api.deps.credentials.authenticate(`Bearer ${stack.owner.key}`);
+  const dying = new OperationService(stack.db, stack.api.deps.temporal, {
+    cacheTtlMs: 0,
+    queryTimeoutMs: 1_000,
+    startTimeoutMs: 5_000,
+    logger: stack.api.deps.logger,
+  });
+  Object.assign(dying.starts, { startWorkflow: () => new Promise<never>(() => undefined) });
+  const deps = {
+    db: stack.db,
+    keyring: stack.api.deps.keyring,
+    abandonAfterMs: 3_600_000,
+    startOperation: async () => undefined,
+    logger: stack.api.deps.logger,
+  };
+  void runIdempotent(deps, { accountId: stack.owner.accountId, key, method: 'POST', path, body }, async () => ({
+    status: 202,
+    body: await dying.start({
+      principal,
+      type: 'vps.power',
+      input: (locked) => {
+        const server = locked.vps as Pick<VpsServerRow, 'service_id' | 'vmid'>;
+        return { serviceId: server.service_id, vmid: server.vmid, action: body.action };
+      },
+      resource: { object: 'vps', id: vps.id },
+      serviceId: vps.serviceId,
+      serviceChecks: { family: 'vps', capability: 'power', action: 'a power action' },
+      initialStatus: 'running',
+      guards: [machineGuard(vps.serviceId, stack.owner.accountId, 'a power action')],
+    }),
+  }));
+  const record = await waitFor(
+    () => stack.db('idempotency_keys').where({ account_id: stack.owner.accountId, key }).first(),
+    (row) => Boolean(row?.operation_id),
+  );
+  await stack
+    .db('idempotency_keys')
+    .where({ account_id: stack.owner.accountId, key })
+    .update({ locked_at: pgTime(5 * 60_000) });
+  const operation = await stack.db('operations').where({ id: record.operation_id }).first();
+  expect(operation).toMatchObject({ type: 'vps.power', status: 'running', workflow_start: { workflow: 'vpsPowerWorkflow' } });
+  return operation.id;
+}
+
+/** Whether Temporal has a workflow with this id (the operation's). */
+const workflowExists = (id: string) =>
+  stack
+    .temporal!.client.workflow.getHandle(id)
+    .describe()
+    .then(
+      () => true,
+      (err: unknown) => {
+        if (err instanceof WorkflowNotFoundError) return false;
+        throw err;
+      },
+    );
+
 describe('idempotency records', () => {
   it('takes over a key whose request died before it created anything, and runs it once', async () => {
     const vps = await createVps(stack);
@@ -63,6 +131,58 @@ describe('idempotency records', () => {
     expect(retry.body).toMatchObject({ id: first.body.id, type: 'vps.power' });
     expect(await stack.db('operations').where({ service_id: vps.serviceId })).toHaveLength(1);
     await waitForOperation(stack, first.body.id);
+  });
+
+  it('starts the workflow of the operation a request killed before its start had committed, before answering 202', async () => {
+    const vps = await createVps(stack);
+    const path = `/v1/vps/${vps.id}/power`;
+    const operationId = await killedAfterCommit(vps, 'killed-before-start', path, { action: 'stop' });
+    expect(await workflowExists(operationId)).toBe(false);
+
+    const retry = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'killed-before-start' } });
+    expect(retry.status, retry.text).toBe(202);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.body).toMatchObject({ id: operationId, type: 'vps.power' });
+    // Started by the retry itself, not left to the orphan sweeper (which waits OPERATION_ORPHAN_AFTER).
+    expect(await workflowExists(operationId)).toBe(true);
+    expect(await waitForOperation(stack, operationId)).toMatchObject({ status: 'succeeded' });
+    expect((await simulator(stack).status(vps.vmid)).state).toBe('stopped');
+
+    // Answered once for all: a further retry replays, and nothing runs twice.
+    const again = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'killed-before-start' } });
+    expect(again.status).toBe(202);
+    expect(again.body.id).toBe(operationId);
+    expect(await stack.db('operations').where({ service_id: vps.serviceId })).toHaveLength(1);
+    const runs = [];
+    for await (const run of stack.temporal!.client.workflow.list({ query: `WorkflowId = '${operationId}'` })) runs.push(run);
+    expect(runs).toHaveLength(1);
+  });
+
+  it('still answers 202 when Temporal does not take that start, and the orphan sweeper starts it from the row', async () => {
+    const vps = await createVps(stack);
+    const path = `/v1/vps/${vps.id}/power`;
+    const operationId = await killedAfterCommit(vps, 'killed-temporal-down', path, { action: 'stop' });
+    const starts = stack.api.deps.operations.starts;
+    Object.assign(starts, { startWorkflow: () => Promise.reject(new Error('Temporal did not accept the workflow within 5000 ms')) });
+    let retry;
+    try {
+      retry = await stack.http.post(path, { token: stack.owner.key, body: { action: 'stop' }, headers: { 'idempotency-key': 'killed-temporal-down' } });
+    } finally {
+      delete (starts as unknown as Record<string, unknown>).startWorkflow;
+    }
+    expect(retry.status, retry.text).toBe(202);
+    expect(retry.body).toMatchObject({ id: operationId, type: 'vps.power' });
+    expect(await workflowExists(operationId)).toBe(false);
+    expect(await stack.db('idempotency_keys').where({ key: 'killed-temporal-down' }).first()).toMatchObject({ state: 'done', operation_id: operationId });
+
+    // The row is the intent: once Temporal answers, the sweeper starts it, and it runs once.
+    await stack
+      .db('operations')
+      .where({ id: operationId })
+      .update({ created_at: stack.db.raw(`now() - interval '1 minute'`) });
+    const sweeper = new OrphanOperationSweeper({ ...stack.api.deps, config: { ...stack.config, OPERATION_ORPHAN_AFTER: 1_000 } });
+    expect(await sweeper.sweep()).toEqual([]);
+    expect(await waitForOperation(stack, operationId)).toMatchObject({ status: 'succeeded' });
   });
 
   it('binds the key to the operation its request creates', async () => {
