@@ -9,7 +9,7 @@ import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
 import { createProviders } from '../families';
 import { loadKeyring } from '../infra/master-key';
-import { PowerDnsServer, readApiKey } from '../providers/powerdns/powerdns.server';
+import { PowerDnsServer, stopPowerDnsServer } from '../providers/powerdns/powerdns.server';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter';
 import { checkoutRanges, joinHostPort, portOrFree, splitHostPort } from '../providers/local-server';
@@ -60,7 +60,19 @@ async function chooseLocalSettings(): Promise<string[]> {
   await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
   const ui = new URL(usual.TEMPORAL_UI_URL);
   await move('Temporal UI', 'TEMPORAL_UI_URL', ui.hostname, Number(ui.port || '80'), (p) => `http://${joinHostPort(ui.hostname, p)}`);
-  if (usual.DNS_BACKEND === 'powerdns' && !usual.POWERDNS_API_KEY && !(await ownPowerDnsAnswers(usual))) {
+  const ownPowerDns =
+    usual.DNS_BACKEND === 'powerdns' && !usual.POWERDNS_API_KEY ? await PowerDnsServer.find(path.resolve(root, usual.POWERDNS_DATA_DIR)) : null;
+  if (ownPowerDns) {
+    // This checkout's PowerDNS still runs (a run that was killed, or one that moved its ports): this run re-uses it where it is.
+    if (unset('POWERDNS_API_URL') && ownPowerDns.apiUrl !== usual.POWERDNS_API_URL.replace(/\/$/, '')) {
+      env.POWERDNS_API_URL = ownPowerDns.apiUrl;
+      moved.push(`PowerDNS of this checkout already runs with its API at ${ownPowerDns.apiUrl}: this run uses it`);
+    }
+    if (unset('DNS_SERVER_ADDRESS') && ownPowerDns.dnsAddress !== usual.DNS_SERVER_ADDRESS) {
+      env.DNS_SERVER_ADDRESS = ownPowerDns.dnsAddress;
+      moved.push(`PowerDNS of this checkout already answers DNS on ${ownPowerDns.dnsAddress}: this run uses it`);
+    }
+  } else if (usual.DNS_BACKEND === 'powerdns' && !usual.POWERDNS_API_KEY) {
     const api = new URL(usual.POWERDNS_API_URL);
     await move('PowerDNS API', 'POWERDNS_API_URL', api.hostname, Number(api.port || '80'), (p) => `http://${joinHostPort(api.hostname, p)}`);
     const dns = splitHostPort(usual.DNS_SERVER_ADDRESS);
@@ -68,12 +80,6 @@ async function chooseLocalSettings(): Promise<string[]> {
   }
   config = loadConfig(env);
   return moved;
-}
-
-/** Whether a PowerDNS with this data directory's key (this checkout's, left from an earlier run) answers. */
-async function ownPowerDnsAnswers(cfg: Config): Promise<boolean> {
-  const pdnsDir = path.resolve(root, cfg.POWERDNS_DATA_DIR);
-  return existsSync(path.join(pdnsDir, 'api-key')) && PowerDnsServer.answers(cfg.POWERDNS_API_URL, readApiKey(pdnsDir));
 }
 
 function portOpen(hostPort: string): Promise<boolean> {
@@ -131,37 +137,35 @@ function demoPasswords() {
   return passwords;
 }
 
+/** Whether this run manages a local PowerDNS (this checkout's, in POWERDNS_DATA_DIR) rather than a simulator or someone else's server. */
+const ownsPowerDns = () => config.DNS_BACKEND === 'powerdns' && !config.POWERDNS_API_KEY;
+
 /**
  * The DNS family's server: a local PowerDNS (data in .data/powerdns, DNS on DNS_SERVER_ADDRESS, API at
- * POWERDNS_API_URL), unless DNS_BACKEND=simulator, a key is given (someone else's server), or one
- * from an earlier run still answers with this data directory's key.
+ * POWERDNS_API_URL), unless DNS_BACKEND=simulator or a key is given (someone else's server). It runs
+ * detached with a pidfile; one left running by an earlier run of this checkout is re-used.
  */
-let powerDns: PowerDnsServer | null = null;
 async function startPowerDns(): Promise<string> {
   if (config.DNS_BACKEND === 'simulator') return 'simulator (DNS_BACKEND=simulator; answers no queries)';
   if (config.POWERDNS_API_KEY) return `PowerDNS at ${config.POWERDNS_API_URL} (POWERDNS_API_KEY given; not started here)`;
-  const pdnsDir = path.resolve(root, config.POWERDNS_DATA_DIR);
   const api = new URL(config.POWERDNS_API_URL);
-  if (await ownPowerDnsAnswers(config)) {
-    console.log(`PowerDNS already answers at ${config.POWERDNS_API_URL}; using it`);
-  } else {
-    powerDns = await PowerDnsServer.start({
-      dataDir: pdnsDir,
-      dnsAddress: config.DNS_SERVER_ADDRESS,
-      apiAddress: `${api.hostname}:${api.port || '80'}`,
-      // Its start-up banner is noise here; warnings and errors are not.
-      log: (line) => {
-        if (
-          !/^(Loading|This is a standalone|Listening on controlsocket|UDP server bound|TCP server bound|PowerDNS Authoritative|Using 64-bits|PowerDNS comes with|\[webserver\] Listening|Creating backend connection|About to create|Done launching|Only asked for)/.test(
-            line,
-          )
-        ) {
-          console.error(`[powerdns] ${line}`);
-        }
-      },
-    });
-  }
-  return `PowerDNS, queries on ${config.DNS_SERVER_ADDRESS} (UDP/TCP), API ${config.POWERDNS_API_URL}`;
+  const powerDns = await PowerDnsServer.start({
+    dataDir: path.resolve(root, config.POWERDNS_DATA_DIR),
+    dnsAddress: config.DNS_SERVER_ADDRESS,
+    apiAddress: `${api.hostname}:${api.port || '80'}`,
+    // Its start-up banner is noise here; warnings and errors are not.
+    log: (line) => {
+      if (
+        !/^(Loading|This is a standalone|Listening on controlsocket|UDP server bound|TCP server bound|PowerDNS Authoritative|Using 64-bits|PowerDNS comes with|\[webserver\] Listening|Creating backend connection|About to create|Done launching|Only asked for)/.test(
+          line,
+        )
+      ) {
+        console.error(`[powerdns] ${line}`);
+      }
+    },
+  });
+  if (powerDns.adopted) console.log(`PowerDNS already answers at ${config.POWERDNS_API_URL} (pid ${powerDns.pid}); using it`);
+  return `PowerDNS, queries on ${config.DNS_SERVER_ADDRESS} (UDP/TCP), API ${config.POWERDNS_API_URL}\n               log in ${powerDns.logFile}`;
 }
 
 /**
@@ -189,7 +193,7 @@ async function startDemoBackends(): Promise<Array<{ ip: string; port: number; we
  * The servers this run's seed and worker started: balancers' HAProxy and the database instances are
  * daemons, made to outlive the API and the worker (in production they do), so a local run stops
  * them itself, through their providers, once the worker is gone. Their files stay: the next
- * `npm start` brings them back. PowerDNS goes too when this run started it.
+ * `npm start` brings them back. PowerDNS (detached too, with a pidfile) goes the same way.
  */
 async function stopServers(): Promise<void> {
   const steps: Array<[string, () => Promise<void>]> = [
@@ -205,7 +209,8 @@ async function stopServers(): Promise<void> {
           ? new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE }).stopServers()
           : undefined,
     ],
-    ['PowerDNS', async () => powerDns?.stop()],
+    // Through its pidfile: also one this run adopted, or started and lost track of (a Ctrl-C while it started).
+    ['PowerDNS', async () => (ownsPowerDns() ? stopPowerDnsServer(path.resolve(root, config.POWERDNS_DATA_DIR)) : undefined)],
   ];
   for (const [what, step] of steps) {
     await step().catch((err: unknown) => console.error(`stopping ${what} failed: ${(err as Error).message}`));

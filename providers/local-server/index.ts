@@ -6,7 +6,8 @@
  * - install check: `requireBinary`, `requireFile` (the error names the install script);
  * - data directory its account can reach: `serverDataRoot`, `ensureReachable`, `makeDirectory`;
  * - ports found free: `freePort`, `freeLoopbackPort`, `probeBind`, `portOrFree`;
- * - daemonise, pidfile, re-adopt: `spawnDetached`, `readPidFile`, `processAlive`, `stopProcess`;
+ * - daemonise, pidfile, re-adopt: `spawnDetached`, `readPidFile`, `processAlive`, `stopProcess`,
+ *   `waitFor` (HAProxy, the PostgreSQL and MariaDB instances, PowerDNS: providers/powerdns/powerdns.server.ts);
  * - one change at a time across processes: `withFileLock`;
  * - logs: `tailLines`;
  * - files in a directory the server's account writes: `openTenantFile`, `readTenantFile` (no links,

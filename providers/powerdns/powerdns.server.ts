@@ -1,14 +1,45 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { promises as fsp } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  lchownSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
-import { ensureReachable, freePort, joinHostPort, makeDirectory, requireBinary, requireFile, splitHostPort } from '../local-server';
+import {
+  ensureReachable,
+  freePort,
+  joinHostPort,
+  makeDirectory,
+  openTenantFile,
+  processAlive,
+  readPidFile,
+  requireBinary,
+  requireFile,
+  spawnDetached,
+  splitHostPort,
+  stopProcess,
+  waitFor,
+  withFileLock,
+} from '../local-server';
 import { accountNameFor, ensureAccount, isolatedAccounts, lookupAccount, type OsAccount } from '../os-accounts';
 
 /**
  * A local PowerDNS Authoritative server (Debian's pdns-server with the gsqlite3 backend) for the local
  * run and the tests: a data directory with the SQLite database, the configuration and the API key,
- * and `pdns_server` in the foreground as a child process, DNS and HTTP API on loopback ports.
+ * and `pdns_server` started detached with a pidfile there (the local-server kit's daemon pattern, as
+ * HAProxy and the database instances), DNS and HTTP API on loopback ports. A later start from the
+ * same directory re-uses the running server; a local run stops it on Ctrl-C (scripts/dev.ts).
  * Production points POWERDNS_API_URL at its own servers instead; nothing here runs there.
  *
  * Started by root, the server binds its ports and then drops to an unprivileged account (Debian's
@@ -29,7 +60,7 @@ export const PDNS_ACCOUNT = 'pdns';
 const DB_FILES = ['pdns.sqlite3', 'pdns.sqlite3-wal', 'pdns.sqlite3-shm', 'pdns.sqlite3-journal'];
 
 export interface PowerDnsServerOptions {
-  /** Holds pdns.conf, api-key (both 0600), the control socket and `db/pdns.sqlite3`. Created when missing. */
+  /** Holds pdns.conf, api-key (both 0600), the control socket, pidfile, log and `db/pdns.sqlite3`. Created when missing. */
   dataDir: string;
   /** `host:port` where DNS is answered (UDP and TCP); port 0 picks a free one. */
   dnsAddress: string;
@@ -37,7 +68,7 @@ export interface PowerDnsServerOptions {
   apiAddress: string;
   binary?: string;
   schemaFile?: string;
-  /** Receives the server's output lines (it is quiet below warnings). */
+  /** Receives the lines the server wrote to its log (`pdns.log`, quiet below warnings) while this start waited for it. */
   log?: (line: string) => void;
   startTimeoutMs?: number;
 }
@@ -90,7 +121,7 @@ function prepareDataDir(dataDir: string, dbDir: string, account: OsAccount | nul
   if (existsSync(path.join(dataDir, DB_FILES[0])) && !existsSync(path.join(dbDir, DB_FILES[0]))) {
     for (const name of DB_FILES) if (existsSync(path.join(dataDir, name))) renameSync(path.join(dataDir, name), path.join(dbDir, name));
   }
-  if (!account) return;
+  if (!account) return chmodSync(dataDir, 0o700);
   chownSync(dataDir, 0, account.gid);
   chmodSync(dataDir, 0o710);
   lchownSync(dbDir, account.uid, account.gid);
@@ -140,6 +171,7 @@ function configText(o: {
     'gsqlite3-pragma-foreign-keys=yes',
     `local-address=${o.dns}`,
     `socket-dir=${o.dataDir}`,
+    // spawnDetached daemonises it (a session of its own): its pid is then known at once, with no fork to chase.
     'daemon=no',
     'guardian=no',
     'disable-syslog=yes',
@@ -162,57 +194,197 @@ function configText(o: {
   ].join('\n');
 }
 
-export class PowerDnsServer {
-  private exited: Promise<void>;
-  private output: string[] = [];
+/** pdns_server's pidfile in its socket-dir (the data directory): written by this module and by the server itself, as root. */
+const PIDFILE = 'pdns.pid';
+/** The server's output (warnings and errors), appended to across starts. */
+const LOGFILE = 'pdns.log';
 
+/**
+ * Recognises pdns_server running this data directory's configuration: a pidfile's pid may belong to
+ * another program since (pdnsutil takes the same `--config-dir`, hence the binary's name too).
+ */
+function serverOf(dataDir: string, binary = PDNS_BINARY): (args: string[]) => boolean {
+  const flag = `--config-dir=${dataDir}`;
+  const name = path.basename(binary);
+  return (args) => path.basename(args[0] ?? '') === name && args.includes(flag);
+}
+
+/** What the data directory's pdns.conf (written at the last start, so the running server's) says. */
+function configuredSettings(dataDir: string): { dns: { host: string; port: number }; api: { host: string; port: number }; account: OsAccount | null } | null {
+  let text: string;
+  try {
+    text = readFileSync(path.join(dataDir, 'pdns.conf'), 'utf8');
+  } catch {
+    return null;
+  }
+  const get = (key: string) => new RegExp(`^${key}=(.*)$`, 'm').exec(text)?.[1]?.trim();
+  const [dns, apiHost, apiPort] = [get('local-address'), get('webserver-address'), Number(get('webserver-port'))];
+  if (!dns || !apiHost || !Number.isInteger(apiPort)) return null;
+  const name = /^# account (\S+)$/m.exec(text)?.[1];
+  const [uid, gid] = [Number(get('setuid')), Number(get('setgid'))];
+  const account = name && Number.isInteger(uid) && Number.isInteger(gid) ? { name, uid, gid } : null;
+  try {
+    return { dns: splitHostPort(dns), api: { host: apiHost, port: apiPort }, account };
+  } catch {
+    return null;
+  }
+}
+
+/** Whether a server listening on `actual` serves a request for `wanted` (port 0: any port). */
+const fits = (wanted: string, actual: { host: string; port: number }) => {
+  const w = splitHostPort(wanted);
+  return w.host === actual.host && (w.port === 0 || w.port === actual.port);
+};
+
+const hostPortOf = (url: string) => {
+  const u = new URL(url);
+  return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || '80') };
+};
+
+/** The end of the server's log from byte `from` on (what one start wrote), at most 64 KiB of it. */
+async function logSince(file: string, from: number): Promise<string[]> {
+  try {
+    const handle = await openTenantFile(file, 'read');
+    try {
+      const size = (await handle.stat()).size;
+      const start = Math.max(from, size - 64 * 1024);
+      const buf = Buffer.alloc(Math.max(0, size - start));
+      const { bytesRead } = await handle.read(buf, 0, buf.length, start);
+      return buf.subarray(0, bytesRead).toString('utf8').split('\n').filter(Boolean);
+    } finally {
+      await handle.close();
+    }
+  } catch {
+    return [];
+  }
+}
+
+const fileSize = (file: string) => (existsSync(file) ? statSync(file).size : 0);
+
+/**
+ * Stops the PowerDNS of `dataDir` through its pidfile (SIGTERM, SIGKILL after 5 s) and waits until
+ * it is gone; nothing running (or a pid that is no longer its server) is fine. For a process that
+ * did not start it: a restarted manager, `npm start`'s Ctrl-C, a test's clean-up.
+ */
+export async function stopPowerDnsServer(dataDir: string): Promise<void> {
+  const dir = path.resolve(dataDir);
+  const pidfile = path.join(dir, PIDFILE);
+  const pid = await readPidFile(pidfile);
+  if (pid !== null) await stopServer(pid, dir);
+  rmSync(pidfile, { force: true });
+}
+
+/**
+ * `stopProcess`, then until the process has really exited: a dying process loses its command line
+ * (so no longer looks like the server) before it closes its sockets, and its main thread turns
+ * zombie while the others still hold them; a start on the same ports or control socket right after
+ * would find them taken.
+ */
+async function stopServer(pid: number, dataDir: string): Promise<void> {
+  await stopProcess(pid, serverOf(dataDir));
+  await waitFor(() => finished(pid, dataDir), 5_000, 20);
+}
+
+/** Whether `pid` has exited with every thread of it, or is now some other program (its pid reused). */
+async function finished(pid: number, dataDir: string): Promise<boolean> {
+  try {
+    const cmdline = await fsp.readFile(`/proc/${pid}/cmdline`, 'utf8');
+    if (cmdline !== '' && !serverOf(dataDir)(cmdline.split('\0'))) return true;
+    const threads = await fsp.readdir(`/proc/${pid}/task`);
+    const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    return threads.length <= 1 && (state === 'Z' || state === 'X');
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * A local pdns_server, daemonised like the other local servers (providers/local-server): in a
+ * session of its own, so it outlives the process that started it (and a Ctrl-C sent to that
+ * process's group), with a pidfile in its data directory through which any later process finds it
+ * again (`find`), re-uses it (`start`) or stops it (`stop`, `stopPowerDnsServer`).
+ */
+export class PowerDnsServer {
   private constructor(
-    private readonly child: ChildProcess,
+    readonly dataDir: string,
+    /** pdns_server's pid (the same as its pidfile's). */
+    readonly pid: number,
     readonly apiUrl: string,
     readonly apiKey: string,
     readonly dnsHost: string,
     readonly dnsPort: number,
     /** The account the server runs as once started; null when it runs as the caller (no root). */
     readonly account: OsAccount | null,
-    log?: (line: string) => void,
-  ) {
-    const collect = (chunk: Buffer) => {
-      for (const line of chunk.toString().split('\n').filter(Boolean)) {
-        this.output.push(line);
-        if (this.output.length > 50) this.output.shift();
-        log?.(line);
-      }
-    };
-    child.stdout?.on('data', collect);
-    child.stderr?.on('data', collect);
-    child.once('error', (err) => collect(Buffer.from(`pdns_server: ${err.message}\n`)));
-    this.exited = new Promise((resolve) => {
-      child.once('exit', () => resolve());
-      // A binary that cannot be started emits 'error' and never 'exit'.
-      child.once('error', () => resolve());
-    });
-  }
+    /** True when this is a server found running (an earlier run's, a crashed manager's) rather than one started now. */
+    readonly adopted: boolean,
+  ) {}
 
   /** `host:port` for node:dns `Resolver.setServers`. */
   get dnsAddress(): string {
     return joinHostPort(this.dnsHost, this.dnsPort);
   }
 
-  get pid(): number | undefined {
-    return this.child.pid;
+  /** Where the server's output goes (kept across starts). */
+  get logFile(): string {
+    return path.join(this.dataDir, LOGFILE);
   }
 
-  /** Prepares the data directory, starts pdns_server and waits until its API answers with the key. */
+  /**
+   * The server of `dataDir` when its pidfile names a live pdns_server of that directory and its API
+   * answers with the directory's key; null otherwise. Ports and account are read from its pdns.conf.
+   */
+  static async find(dataDir: string): Promise<PowerDnsServer | null> {
+    const dir = path.resolve(dataDir);
+    const pid = await readPidFile(path.join(dir, PIDFILE));
+    if (pid === null || !(await processAlive(pid, serverOf(dir)))) return null;
+    const settings = configuredSettings(dir);
+    if (!settings) return null;
+    let apiKey: string;
+    try {
+      apiKey = readApiKey(dir);
+    } catch {
+      return null;
+    }
+    const apiUrl = `http://${joinHostPort(settings.api.host, settings.api.port)}`;
+    if (!(await PowerDnsServer.answers(apiUrl, apiKey))) return null;
+    return new PowerDnsServer(dir, pid, apiUrl, apiKey, settings.dns.host, settings.dns.port, settings.account, true);
+  }
+
+  /**
+   * The data directory's server, ready: the one already running when it answers on the addresses
+   * asked for (port 0 takes any), its key and ports unchanged; else (none, one not answering, one on
+   * other ports, which is stopped) the data directory is prepared, pdns_server started detached, and
+   * this waits until its API answers with the key.
+   */
   static async start(options: PowerDnsServerOptions): Promise<PowerDnsServer> {
     const dataDir = path.resolve(options.dataDir);
-    const dbDir = path.join(dataDir, 'db');
     const binary = requireBinary(options.binary ?? PDNS_BINARY, INSTALL);
+    const fitting = (server: PowerDnsServer | null) =>
+      server && fits(options.dnsAddress, { host: server.dnsHost, port: server.dnsPort }) && fits(options.apiAddress, hostPortOf(server.apiUrl)) ? server : null;
+    // Before anything touches the directory: a running server keeps its modes as they are.
+    const running = fitting(await PowerDnsServer.find(dataDir));
+    if (running) return running;
+
     const account = await powerDnsAccount(dataDir);
-    await makeDirectory(dataDir, 0o700);
+    if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
     // The server opens its database after dropping to the account: a data directory out of its
     // reach would only show as "unable to open database file". (prepareDataDir opens the data
     // directory itself to the account; the way to it must be open already.)
     if (account) ensureReachable(path.dirname(dataDir), account, { server: 'PowerDNS', setting: 'POWERDNS_DATA_DIR' });
+    // Two processes starting the same directory at once: one starts it, the other adopts it.
+    return withFileLock(path.join(dataDir, 'start.lock'), async () => {
+      const won = fitting(await PowerDnsServer.find(dataDir));
+      if (won) return won;
+      // Whatever still runs from this directory (on other ports, or not answering) gives way.
+      await stopPowerDnsServer(dataDir);
+      return PowerDnsServer.launch(dataDir, binary, account, options);
+    });
+  }
+
+  /** Prepares the data directory, writes pdns.conf and the pidfile, starts pdns_server detached and waits for its API. */
+  private static async launch(dataDir: string, binary: string, account: OsAccount | null, options: PowerDnsServerOptions): Promise<PowerDnsServer> {
+    const dbDir = path.join(dataDir, 'db');
     prepareDataDir(dataDir, dbDir, account);
     const apiKey = ensureApiKey(dataDir);
     const dbFile = path.join(dbDir, 'pdns.sqlite3');
@@ -227,11 +399,29 @@ export class PowerDnsServer {
     writeFileSync(confFile, configText({ dataDir, dbFile, dns: joinHostPort(dns.host, dns.port), api, apiKey, account }), { mode: 0o600 });
     chmodSync(confFile, 0o600);
 
-    const child = spawn(binary, [`--config-dir=${dataDir}`], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const apiUrl = `http://${joinHostPort(api.host, api.port)}`;
-    const server = new PowerDnsServer(child, apiUrl, apiKey, dns.host, dns.port, account, options.log);
-    await server.waitUntilAnswering(options.startTimeoutMs ?? 20_000);
-    return server;
+    const logFile = path.join(dataDir, LOGFILE);
+    const from = fileSize(logFile);
+    const pid = await spawnDetached(binary, [`--config-dir=${dataDir}`], { cwd: dataDir, outputFile: logFile });
+    // Written at once, so that a manager that dies now still leaves the server findable; pdns_server
+    // writes the same pid there itself (as root, before dropping to its account).
+    writeFileSync(path.join(dataDir, PIDFILE), `${pid}\n`, { mode: 0o644 });
+    const server = new PowerDnsServer(dataDir, pid, `http://${joinHostPort(api.host, api.port)}`, apiKey, dns.host, dns.port, account, false);
+
+    const timeoutMs = options.startTimeoutMs ?? 20_000;
+    const alive = () => processAlive(pid, serverOf(dataDir, binary));
+    let exited = false;
+    let answered = false;
+    // Ends as soon as it answers or exits (a port taken, a bad database): no need to wait the whole timeout for that.
+    await waitFor(async () => {
+      exited = !(await alive());
+      answered = !exited && (await PowerDnsServer.answers(server.apiUrl, apiKey, 500));
+      return exited || answered;
+    }, timeoutMs);
+    const output = await logSince(logFile, from);
+    for (const line of output) options.log?.(line);
+    if (answered) return server;
+    await server.stop();
+    throw new Error(`PowerDNS did not start (${exited ? 'it exited' : `no answer within ${timeoutMs} ms`}):\n${output.slice(-10).join('\n')}`);
   }
 
   /** True when the API answers this key (for a run that finds a server already up). */
@@ -244,25 +434,10 @@ export class PowerDnsServer {
     }
   }
 
-  private async waitUntilAnswering(timeoutMs: number): Promise<void> {
-    const until = Date.now() + timeoutMs;
-    let exited = false;
-    void this.exited.then(() => (exited = true));
-    while (Date.now() < until) {
-      if (exited) break;
-      if (await PowerDnsServer.answers(this.apiUrl, this.apiKey, 500)) return;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await this.stop();
-    throw new Error(`PowerDNS did not start (${exited ? 'it exited' : `no answer within ${timeoutMs} ms`}):\n${this.output.slice(-10).join('\n')}`);
-  }
-
-  /** Stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it to exit. */
+  /** Stops the data directory's server (through its pidfile, and this one's pid) and waits until it is gone. */
   async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    this.child.kill('SIGTERM');
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
-    await this.exited;
-    clearTimeout(timer);
+    await stopPowerDnsServer(this.dataDir);
+    // Its pidfile may have been replaced meanwhile (another start): this pid goes too, if still this directory's server.
+    await stopServer(this.pid, this.dataDir);
   }
 }

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PowerDnsAdapter } from '../../providers/powerdns/powerdns.adapter';
-import { PowerDnsServer } from '../../providers/powerdns/powerdns.server';
+import { PowerDnsServer, stopPowerDnsServer } from '../../providers/powerdns/powerdns.server';
 import { DEFAULT_SOA_TIMERS, type ZoneDefaults } from '../../providers/dns.provider';
 import { accountNameFor, removeAccount } from '../../providers/os-accounts';
 
@@ -30,8 +30,10 @@ export async function startTestPowerDns(): Promise<TestPowerDns> {
     adapter,
     dataDir,
     async close() {
-      // A test may have restarted the server: stop the one running now.
+      // A test may have restarted the server: stop the one running now, through the data directory's pidfile
+      // (it runs detached, so it would outlive the test file).
       await pdns.server.stop();
+      await stopPowerDnsServer(dataDir);
       rmSync(dataDir, { recursive: true, force: true });
       // The server's own account, made only on a machine without Debian's `pdns` (never removes that one).
       await removeAccount(accountNameFor('dns', dataDir, 'powerdns'));
