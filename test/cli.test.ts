@@ -22,8 +22,9 @@ let ownerEnv: Record<string, string>;
 const REQUEST_ID = /\(req_[0-9A-Z]{26}\)/;
 
 async function auditEntries(query: string): Promise<any[]> {
-  // The audit log is written in batches off the request path.
+  // The audit log is written in batches off the request path: write what is queued, then read.
   for (let i = 0; ; i++) {
+    await stack.api.deps.audit.flush();
     const res = await stack.http.get(`/v1/audit-logs?limit=100&${query}`, { token: stack.owner.key });
     expect(res.status, res.text).toBe(200);
     if (res.body.data.length > 0 || i > 40) return res.body.data;
@@ -161,8 +162,8 @@ describe('cloud commands from the route table', () => {
   });
 
   it('ends with exit 3 when --timeout passes first, and `operations wait` picks the operation up again', async () => {
-    // An order above the account's credit waits for its invoice to be paid.
-    const res = await runCli(['orders', 'create', '--product', 'lb-s', '--wait', '--timeout', '2s'], { env: ownerEnv });
+    // An order above the account's credit waits for its invoice to be paid (for ever: 1 s is enough).
+    const res = await runCli(['orders', 'create', '--product', 'lb-s', '--wait', '--timeout', '1s'], { env: ownerEnv });
     expect(res.code, res.stderr).toBe(3);
     const op = JSON.parse(res.stdout);
     expect(op).toMatchObject({ type: 'orders.create', status: 'pending' });
@@ -219,7 +220,8 @@ describe('cloud commands from the route table', () => {
     expect(invalid.stderr).toMatch(/^invalid_request_error\/validation_failed: limit: .*\(req_/m);
     expect(invalid.stderr).toMatch(REQUEST_ID);
 
-    for (const args of [
+    // Each its own process; they do not depend on each other, so they run side by side.
+    const usage = [
       ['vps', 'power'],
       ['vps', 'power', vps.id, '--action', 'explode'],
       ['vps', 'power', vps.id, 'extra'],
@@ -230,9 +232,10 @@ describe('cloud commands from the route table', () => {
       ['vps', 'power', vps.id, '--action', 'start', '--wait', '--timeout', 'soon'],
       ['api', 'FETCH', '/v1/services'],
       ['api', 'POST', '/v1/orders', '--data', '{not json'],
-    ]) {
-      const res = await runCli(args, { env: ownerEnv });
-      expect(res.code, `${args.join(' ')}: ${res.stderr}`).toBe(2);
+    ];
+    const results = await Promise.all(usage.map((args) => runCli(args, { env: ownerEnv })));
+    for (const [i, res] of results.entries()) {
+      expect(res.code, `${usage[i].join(' ')}: ${res.stderr}`).toBe(2);
       expect(res.stderr.length).toBeGreaterThan(0);
     }
   });

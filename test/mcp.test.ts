@@ -22,11 +22,23 @@ let vps: TestVps;
 let narrowKey: string;
 let ownerKey: string;
 const clients: Client[] = [];
+/** One client per transport, credential and mode for the whole file: over stdio each is a `cloud mcp` process. */
+const connected = new Map<string, Promise<Client>>();
 
 const routes = buildRouteTable({ devEndpoints: false }).filter((r) => !r.internal);
 type Transport = 'http' | 'stdio';
 
-async function connect(kind: Transport, token: string, opts: { readOnly?: boolean } = {}): Promise<Client> {
+function connect(kind: Transport, token: string, opts: { readOnly?: boolean } = {}): Promise<Client> {
+  const key = `${kind} ${token} ${opts.readOnly === true}`;
+  let client = connected.get(key);
+  if (!client) {
+    client = connectNew(kind, token, opts);
+    connected.set(key, client);
+  }
+  return client;
+}
+
+async function connectNew(kind: Transport, token: string, opts: { readOnly?: boolean }): Promise<Client> {
   const client = new Client({ name: 'cloud-test', version: '1.0.0' });
   if (kind === 'http') {
     const headers: Record<string, string> = { authorization: `Bearer ${token}` };
@@ -68,7 +80,9 @@ function fetchFrom(localAddress: string) {
 }
 
 async function auditVia(via: string, since: string): Promise<any[]> {
+  // The audit log is written in batches off the request path: write what is queued, then read.
   for (let i = 0; ; i++) {
+    await stack.api.deps.audit.flush();
     const res = await stack.http.get(`/v1/audit-logs?limit=100&via=${via}&created_after=${encodeURIComponent(since)}`, { token: stack.owner.key });
     if (res.body.data.length > 0 || i > 40) return res.body.data;
     await new Promise((r) => setTimeout(r, 100));
@@ -76,7 +90,8 @@ async function auditVia(via: string, since: string): Promise<any[]> {
 }
 
 beforeAll(async () => {
-  stack = await startStack();
+  // Credentials are cached for 100 ms (500 ms by default): the revocation test waits that out.
+  stack = await startStack({ env: { CREDENTIAL_CACHE_TTL: '100ms' } });
   vps = await createVps(stack, { type: 'lxc' });
   narrowKey = (await createApiKey(stack.db, stack.owner.accountId, stack.owner.userId, { scopes: ['services:read', 'vps:read'] })).token;
   ownerKey = stack.owner.key;
@@ -89,10 +104,12 @@ afterAll(async () => {
 describe.each<Transport>(['http', 'stdio'])('MCP over %s', (kind) => {
   it("lists the tools each credential can call: a narrow key, an API key, the owner's session, read-only", async () => {
     const names = async (token: string, opts = {}) => (await (await connect(kind, token, opts)).listTools()).tools.map((t) => t.name).sort();
-    const narrow = await names(narrowKey);
-    const key = await names(ownerKey);
-    const session = await names(stack.owner.session);
-    const readOnly = await names(stack.owner.session, { readOnly: true });
+    const [narrow, key, session, readOnly] = await Promise.all([
+      names(narrowKey),
+      names(ownerKey),
+      names(stack.owner.session),
+      names(stack.owner.session, { readOnly: true }),
+    ]);
 
     expect(narrow).toEqual(expect.arrayContaining(['list_services', 'get_service', 'list_vps', 'get_vps', 'get_current_credential']));
     expect(narrow).not.toContain('power_vps');

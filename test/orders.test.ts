@@ -10,12 +10,15 @@ import { eventsFor, newCustomer, placeOrder, storedOperation, waitFor, type Cust
 
 /**
  * Orders end to end over HTTP against the Temporal dev server, with short durations:
- * ORDER_ACTIVATION_TIMEOUT=6s and simulated work at 1/100 of its production time.
+ * ORDER_ACTIVATION_TIMEOUT=4s; simulated work done at once (SIM_DELAY_SCALE=0), so that a service is
+ * active at the order workflow's first check instead of its next poll 2 s later; and operation
+ * answers cached for 100 ms (OPERATION_CACHE_TTL), so that a test polling GET /v1/operations/{id}
+ * sees a change without waiting out the 2 s default.
  */
 let stack: Stack;
 
 beforeAll(async () => {
-  stack = await startStack({ env: { ORDER_ACTIVATION_TIMEOUT: '6s' } });
+  stack = await startStack({ env: { ORDER_ACTIVATION_TIMEOUT: '4s', SIM_DELAY_SCALE: '0', OPERATION_CACHE_TTL: '100ms' } });
   await seedOrders(stack.db);
   await seedOrders(stack.db); // idempotent
 });
@@ -311,7 +314,8 @@ describe('orders that wait for payment', () => {
     // Credit that does not cover the invoice is left untouched.
     expect(Number((await stack.db('billing_accounts').where({ account_id: c.accountId }).first()).credit)).toBe(5);
 
-    await new Promise((r) => setTimeout(r, 1_500));
+    // Nothing moves it on but the payment (an order that did not wait would be running by now).
+    await new Promise((r) => setTimeout(r, 500));
     expect((await storedOperation(stack, res.body.id)).status).toBe('pending');
 
     // The name is held by the pending order.
@@ -437,7 +441,7 @@ describe('activation timeout', () => {
       expect(running.status).toBe('running');
       const started = Date.now();
       await result(res.body.id);
-      expect(Date.now() - started).toBeGreaterThan(3_000); // the 6 s timeout, give or take the poll
+      expect(Date.now() - started).toBeGreaterThan(3_000); // the 4 s timeout, less the poll that saw it running
       const op = await getOp(c, res.body.id);
       expect(op.body).toMatchObject({ status: 'failed', error: { code: 'provisioning_timeout' }, result: { invoice: { status: 'paid' } } });
       const order = await getOrder(c, res.body.resource.id);
@@ -460,7 +464,13 @@ describe('billing outage', () => {
       expect((await placeOrder(stack, c, { product: 'teleporter' })).body.error.code).toBe('validation_failed');
       const res = await placeOrder(stack, c, { product: 'dns-zone', options: { zone: 'outage.example' } });
       expect(res.status, res.text).toBe(202);
-      await new Promise((r) => setTimeout(r, 1_500));
+      // Billing refused the order's first call; the workflow retries it (in 1 s, then longer).
+      const handle = stack.temporal!.client.workflow.getHandle(res.body.id);
+      const retried = await waitFor(
+        async () => (await handle.describe()).raw.pendingActivities ?? [],
+        (pending) => pending.some((a) => a.activityType?.name === 'placeOrder' && a.lastFailure),
+      );
+      expect(retried.find((a) => a.activityType?.name === 'placeOrder')?.lastFailure?.message).toMatch(/billing/i);
       const op = await storedOperation(stack, res.body.id);
       expect(op).toMatchObject({ status: 'pending', result: { invoice: null } });
       const order = await getOrder(c, res.body.resource.id);

@@ -11,13 +11,18 @@ import type { Principal } from '../domain/principal';
  * Webhooks end to end on the dev server: every endpoint over HTTP, the outbox dispatcher, delivery
  * workflows POSTing to real loopback receivers, retries (short delays here; the production schedule
  * runs under time skipping in webhooks-schedule.test.ts), redelivery, deletion, worker restarts.
+ *
+ * Time is the cost here. A workflow timer on the dev server fires about a second after it was set,
+ * however short, so the schedule has one real wait (150 ms: attempt 2 comes after a timer) and then
+ * none (0 ms: attempts 3 to 6 follow at once); a test that must see that nothing more arrives waits
+ * until the account is settled (every event dispatched, no delivery queued) instead of sleeping.
  */
 let stack: Stack;
 const receivers: Receiver[] = [];
 
 beforeAll(async () => {
   stack = await startStack({
-    env: { WEBHOOK_RETRY_DELAYS: '150ms,150ms,150ms,150ms,150ms', WEBHOOK_TIMEOUT: '1500ms', WEBHOOK_SWEEP_INTERVAL: '500ms' },
+    env: { WEBHOOK_RETRY_DELAYS: '150ms,0ms,0ms,0ms,0ms', WEBHOOK_TIMEOUT: '1500ms', WEBHOOK_SWEEP_INTERVAL: '200ms' },
   });
 });
 afterAll(() => stack?.close());
@@ -54,6 +59,22 @@ async function tenant(scopes = ['account:read', 'account:write', 'operations:rea
 }
 
 const suspend = (serviceId: string) => stack.http.post(`/_dev/services/${serviceId}/suspend`);
+
+/**
+ * Waits until an account's webhooks have nothing more on the way: every event of the account
+ * dispatched and none of its deliveries queued (a delivery is marked delivered or failed only once
+ * its receiver answered). What a receiver has then is all it will get.
+ */
+async function settled(accountId: number): Promise<void> {
+  const pending = async () => {
+    const [events, deliveries] = await Promise.all([
+      stack.db('events').where({ account_id: accountId }).whereNull('dispatched_at').count({ n: '*' }).first(),
+      stack.db('webhook_deliveries').where({ account_id: accountId, status: 'queued' }).count({ n: '*' }).first(),
+    ]);
+    return Number(events!.n) + Number(deliveries!.n);
+  };
+  expect(await waitFor(pending, (n) => n === 0)).toBe(0);
+}
 
 describe('webhook endpoints', () => {
   it('create, get, list, update, rotate, delete: the secret only on create and rotate', async () => {
@@ -103,7 +124,7 @@ describe('webhook endpoints', () => {
     expect(rotated.headers.get('cache-control')).toBe('no-store');
 
     // Neither secret reaches the audit log.
-    await new Promise((r) => setTimeout(r, 600)); // the audit writer flushes every 200 ms
+    await stack.api.deps.audit.flush(); // the audit writer batches its rows
     const audit = JSON.stringify(await stack.db('audit_logs').where({ account_id: t.accountId }));
     expect(audit).not.toContain(secret);
     expect(audit).not.toContain(rotated.body.secret);
@@ -276,7 +297,7 @@ describe('deliveries', () => {
     await all.waitFor(6);
     await ops.waitFor(3);
     await onlySuspended.waitFor(1);
-    await new Promise((r) => setTimeout(r, 700));
+    await settled(t.accountId);
     const types = (rv: Receiver) => rv.received.map((d) => d.headers['cloud-event']).sort();
     expect(types(all)).toEqual(['operation.completed', 'operation.completed', 'service.active', 'service.suspended', 'service.terminated', 'webhook.ping']);
     expect(types(onlySuspended)).toEqual(['service.suspended']);
@@ -312,7 +333,7 @@ describe('deliveries', () => {
     await t.createWebhook(b, ['*']);
     expect((await t.api.post(`/v1/webhooks/${hookA.id}/ping`)).status).toBe(201);
     await a.waitFor(1);
-    await new Promise((r) => setTimeout(r, 700));
+    await settled(t.accountId);
     expect(a.received.map((d) => d.headers['cloud-event'])).toEqual(['webhook.ping']);
     expect(b.received).toHaveLength(0);
     await t.api.patch(`/v1/webhooks/${hookA.id}`, { enabled: false });
@@ -336,7 +357,7 @@ describe('deliveries', () => {
     expect(new Set(r.received.map((x) => x.body)).size).toBe(1);
     expect(new Set(r.received.map((x) => x.headers['cloud-delivery'])).size).toBe(1);
     for (const x of r.received) expect(x.verification.ok).toBe(true);
-    // Attempts are spaced by the schedule (150 ms here).
+    // Attempts are spaced by the schedule (150 ms before attempt 2 here).
     expect(r.received[1].at - r.received[0].at).toBeGreaterThanOrEqual(140);
     expect((await t.api.get(`/v1/webhooks/${hook.id}`)).body.consecutive_failures).toBe(0);
   });
@@ -560,7 +581,7 @@ describe('the dispatcher', () => {
       (e) => e.dispatched_at !== null,
       5_000,
     );
-    await new Promise((res) => setTimeout(res, 500));
+    await settled(t.accountId);
     expect(await stack.db('webhook_deliveries').where({ event_id: id })).toHaveLength(1);
     expect(r.received).toHaveLength(1);
 
@@ -584,7 +605,7 @@ describe('the dispatcher', () => {
       });
     });
     await r.waitFor(2, 5_000);
-    await new Promise((res) => setTimeout(res, 500));
+    await settled(t.accountId);
     expect(r.received.map((d) => d.headers['cloud-event-id'])).toEqual([id, id2]);
     expect(await stack.db('webhook_deliveries').where({ event_id: id2 })).toHaveLength(1);
   });
@@ -593,12 +614,12 @@ describe('the dispatcher', () => {
     const t = await tenant();
     const svc = await createService(stack.db, t.accountId);
     await stack.api.deps.operations.recordCompleted({ principal: t.principal, type: 'test.before' as never, status: 'succeeded' });
-    await new Promise((res) => setTimeout(res, 300));
+    await settled(t.accountId);
     const r = await receiver();
     await t.createWebhook(r);
     await suspend(svc.id);
     await r.waitFor(1);
-    await new Promise((res) => setTimeout(res, 500));
+    await settled(t.accountId);
     expect(r.received.map((d) => d.headers['cloud-event'])).toEqual(['service.suspended']);
   });
 });
