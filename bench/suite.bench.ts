@@ -1,7 +1,7 @@
 /**
  * How long the suite takes, against its targets (docs/benchmarks.md "Test suite"): the full `npm test`
  * under 4 minutes on the 2-core reference machine, and `npm run test:unit` under 20 s. Runs `npm test`
- * once, timing its phases by the `== ` lines scripts/test.sh prints (setup, checks, tests), then
+ * once, timing its phases by the `== ` lines scripts/test.sh prints (setup, then the tests with the checks beside them), then
  * reads the run's vitest report (.data/vitest-report.json) for the slowest files, then runs
  * `npm run test:unit`. A measurement, not a test; it takes the whole machine for 3 to 5 minutes.
  *

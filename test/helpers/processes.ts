@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { inject } from 'vitest';
+import { Connection } from '@temporalio/client';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../../infra/temporal';
 
 /**
@@ -50,6 +51,28 @@ export async function until(what: string, check: () => Promise<boolean>, timeout
     await new Promise((r) => setTimeout(r, everyMs));
   }
   throw new Error(`${what} not within ${timeoutMs} ms`);
+}
+
+/**
+ * Waits until a Temporal server's frontend answers (GetSystemInfo), not only its port: a dev server
+ * listens a while before its frontend is healthy ("Frontend is not healthy yet"), longer on a busy
+ * machine, and a client that connects in between fails.
+ */
+export async function untilTemporalAnswers(address: string, timeoutMs = 60_000): Promise<void> {
+  await until(
+    `the Temporal frontend at ${address}`,
+    async () => {
+      const connection = await Connection.connect({ address, connectTimeout: 2_000 });
+      try {
+        await connection.workflowService.getSystemInfo({});
+        return true;
+      } finally {
+        await connection.close();
+      }
+    },
+    timeoutMs,
+    200,
+  );
 }
 
 /** A temporary directory for one test file's processes (removed by cleanup()). */
@@ -240,6 +263,7 @@ export class TemporalServer {
   async start(): Promise<void> {
     this.process.start();
     await until('Temporal', () => portOpen(this.port), 60_000);
+    await untilTemporalAnswers(this.address);
   }
 }
 

@@ -8,7 +8,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Runtime, DefaultLogger } from '@temporalio/worker';
 import { inject } from 'vitest';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS, SEARCH_ATTRIBUTES } from '../../infra/temporal';
-import { freePort, portOpen, until } from './processes';
+import { freePort, portOpen, until, untilTemporalAnswers } from './processes';
 
 const root = path.resolve(__dirname, '../..');
 const TEMPORAL_CLI = path.join(root, '.tools/venv/bin/temporal');
@@ -78,6 +78,7 @@ async function startDevServer(): Promise<string> {
     if (exited) throw new Error(`the Temporal dev server exited (port ${port})`);
     return portOpen(port);
   });
+  await untilTemporalAnswers(`127.0.0.1:${port}`);
   return `127.0.0.1:${port}`;
 }
 
