@@ -75,4 +75,14 @@ describe('the load-balancer seed', () => {
     );
     expect(body).toMatch(/^demo (one|two)$/);
   });
+  it('records the address the balancer runs on now, when another checkout`s run recorded another one', async () => {
+    const { serviceId } = await createService(stack.db, stack.owner.accountId, { family: 'lb', product: 'lb-s' });
+    await seedLb(stack.db, stack.api.deps.providers, { apiPort: apiPort(), demoBackends: demoBackends() });
+    const actual = (await findBalancer(stack.db, serviceId))!.address;
+    // What a first checkout's run, in its own range, left in the shared database.
+    await stack.db('lb_balancers').where({ service_id: serviceId }).update({ address: '127.77.0.99' });
+    await seedLb(stack.db, stack.api.deps.providers, { apiPort: apiPort(), demoBackends: demoBackends() });
+    expect((await findBalancer(stack.db, serviceId))!.address).toBe(actual);
+    expect(await get(actual, 8080)).toMatch(/^demo (one|two)$/);
+  });
 });

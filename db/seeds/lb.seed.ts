@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { findBalancer, recordBalancer, storeListeners } from '../../domain/lb/store';
+import { findBalancer, recordBalancer, storeAddress, storeListeners } from '../../domain/lb/store';
 import type { Providers } from '../../providers';
 import { BackendRefusedError } from '../../providers/errors';
 import type { LbBackendTarget, LbListener } from '../../providers/lb.provider';
@@ -50,7 +50,10 @@ export async function seedLb(db: Knex, providers: Providers, options: { apiPort:
     const serviceId = Number(id);
     const existing = await findBalancer(db, serviceId);
     if (existing) {
-      await providers.lb.create(serviceId, existing.listeners);
+      const status = await providers.lb.create(serviceId, existing.listeners);
+      // Every checkout shares the database: a balancer another checkout's run recorded is started
+      // here in this run's range, and its record follows.
+      await storeAddress(db, serviceId, status.address);
       const listeners = refreshDemo(existing.listeners, demoBackends, options.apiPort);
       if (JSON.stringify(listeners) !== JSON.stringify(existing.listeners)) {
         const applied = await providers.lb.apply(serviceId, listeners).catch((err: unknown) => {

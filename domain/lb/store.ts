@@ -68,6 +68,14 @@ export async function recordBalancer(db: Knex, serviceId: number, address: strin
   return (await findBalancer(db, serviceId))!;
 }
 
+/**
+ * Where the balancer accepts traffic now (the provider's word): a balancer started again from
+ * another address range (another checkout's local run, another host) keeps its record true.
+ */
+export async function storeAddress(db: Knex, serviceId: number, address: string): Promise<void> {
+  await db('lb_balancers').where({ service_id: serviceId }).whereNot({ address }).update({ address, updated_at: db.fn.now() });
+}
+
 export async function storeListeners(trx: Knex.Transaction, serviceId: number, listeners: LbListener[]): Promise<void> {
   await trx('lb_balancers')
     .where({ service_id: serviceId })
