@@ -498,16 +498,17 @@ export class DbInstancesAdapter implements DbaasProvider {
   private async backupOf(inst: Instance, meta: BackupMeta): Promise<DbBackup> {
     const final = path.join(inst.paths.backups, `${meta.id}.sql`);
     const createdAt = new Date(meta.createdAt);
-    try {
+    const completed = async (): Promise<DbBackup | null> => {
       // lstat: a link the server's account put there is not a dump (nor a way to learn another file's size).
-      const stat = await fs.lstat(final);
-      if (!stat.isFile()) throw new Error('not a dump');
-      const { size } = stat;
-      return { id: meta.id, status: 'completed', sizeBytes: size, createdAt };
-    } catch {
-      const running = meta.pid !== null && (await processAlive(meta.pid, backupMarker(meta.id)));
-      return { id: meta.id, status: running ? 'running' : 'failed', sizeBytes: null, createdAt };
-    }
+      const stat = await fs.lstat(final).catch(() => null);
+      return stat?.isFile() ? { id: meta.id, status: 'completed', sizeBytes: stat.size, createdAt } : null;
+    };
+    const done = await completed();
+    if (done) return done;
+    if (meta.pid !== null && (await processAlive(meta.pid, backupMarker(meta.id)))) return { id: meta.id, status: 'running', sizeBytes: null, createdAt };
+    // The dump may have renamed its file and exited between the two looks above: look once more
+    // before calling it failed (a terminal status a caller stops waiting on).
+    return (await completed()) ?? { id: meta.id, status: 'failed', sizeBytes: null, createdAt };
   }
 
   async startBackup(id: string, key: string): Promise<DbBackup> {
