@@ -213,6 +213,32 @@ function uidOf(user: string): number {
   return Number(line.split(':')[2]);
 }
 
+/**
+ * The arguments of a headless Temporal dev server on loopback ports, as every test server runs it
+ * (updates enabled, the control plane's search attributes); `extra` adds e.g. `--db-filename`.
+ */
+export function devServerArgs(ports: { port: number; httpPort: number; metricsPort: number }, extra: string[] = []): string[] {
+  return [
+    'server',
+    'start-dev',
+    '--headless',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(ports.port),
+    '--http-port',
+    String(ports.httpPort),
+    '--metrics-port',
+    String(ports.metricsPort),
+    ...extra,
+    '--log-level',
+    'error',
+    '--dynamic-config-value',
+    'frontend.enableUpdateWorkflowExecution=true',
+    ...DEV_SERVER_SEARCH_ATTRIBUTE_ARGS,
+  ];
+}
+
 /** The Temporal dev server (CLI from .tools/) on free ports, its state in a SQLite file: restartable on that file. */
 export class TemporalServer {
   readonly process: ManagedProcess;
@@ -226,26 +252,7 @@ export class TemporalServer {
     this.process = new ManagedProcess(
       'temporal',
       TEMPORAL_CLI,
-      [
-        'server',
-        'start-dev',
-        '--headless',
-        '--ip',
-        '127.0.0.1',
-        '--port',
-        String(port),
-        '--http-port',
-        String(httpPort),
-        '--metrics-port',
-        String(metricsPort),
-        '--db-filename',
-        path.join(dir, 'temporal.db'),
-        '--log-level',
-        'error',
-        '--dynamic-config-value',
-        'frontend.enableUpdateWorkflowExecution=true',
-        ...DEV_SERVER_SEARCH_ATTRIBUTE_ARGS,
-      ],
+      devServerArgs({ port, httpPort, metricsPort }, ['--db-filename', path.join(dir, 'temporal.db')]),
       { env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' }, logFile: path.join(dir, 'temporal.log') },
     );
   }

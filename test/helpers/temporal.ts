@@ -7,8 +7,8 @@ import { temporal as proto } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Runtime, DefaultLogger } from '@temporalio/worker';
 import { inject } from 'vitest';
-import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS, SEARCH_ATTRIBUTES } from '../../infra/temporal';
-import { freePort, portOpen, until, untilTemporalAnswers } from './processes';
+import { SEARCH_ATTRIBUTES } from '../../infra/temporal';
+import { devServerArgs, freePort, portOpen, until, untilTemporalAnswers } from './processes';
 
 const root = path.resolve(__dirname, '../..');
 const TEMPORAL_CLI = path.join(root, '.tools/venv/bin/temporal');
@@ -44,28 +44,10 @@ function sharedDevServer(): Promise<string> {
 
 async function startDevServer(): Promise<string> {
   const [port, httpPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
-  const child = spawn(
-    TEMPORAL_CLI,
-    [
-      'server',
-      'start-dev',
-      '--headless',
-      '--ip',
-      '127.0.0.1',
-      '--port',
-      String(port),
-      '--http-port',
-      String(httpPort),
-      '--metrics-port',
-      String(metricsPort),
-      '--log-level',
-      'error',
-      '--dynamic-config-value',
-      'frontend.enableUpdateWorkflowExecution=true',
-      ...DEV_SERVER_SEARCH_ATTRIBUTE_ARGS,
-    ],
-    { env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' }, stdio: ['ignore', 'ignore', 'inherit'] },
-  );
+  const child = spawn(TEMPORAL_CLI, devServerArgs({ port, httpPort, metricsPort }), {
+    env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   const pidFile = path.join(inject('testRunDir'), `temporal-${process.pid}.pid`);
   writeFileSync(pidFile, String(child.pid));
   process.once('exit', () => {
