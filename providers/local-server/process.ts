@@ -167,15 +167,35 @@ export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
 
 /**
  * Stops the server process `pid` (still the one `matches` recognises): SIGTERM, then SIGKILL after
- * `graceMs`. Resolves once it is gone; a pid that is not (or no longer) the server is left alone.
+ * `graceMs`. Resolves once it has really exited; a pid that is not (or no longer) the server is left
+ * alone. "Really": a dying process loses its command line (so no longer looks like the server)
+ * before it closes its sockets, and its main thread turns zombie while other threads still hold
+ * them, so a start on the same ports or control socket right after would find them taken.
  */
 export async function stopProcess(pid: number, matches: string | ((args: string[]) => boolean), graceMs = 5_000, opts: { uid?: number } = {}): Promise<void> {
   const alive = () => processAlive(pid, matches, opts);
   if (!(await alive())) return;
   process.kill(pid, 'SIGTERM');
-  if (await waitFor(async () => !(await alive()), graceMs, 20)) return;
-  if (await alive()) process.kill(pid, 'SIGKILL');
-  await waitFor(async () => !(await alive()), 10_000, 20);
+  if (!(await waitFor(async () => !(await alive()), graceMs, 20))) {
+    if (await alive()) process.kill(pid, 'SIGKILL');
+    await waitFor(async () => !(await alive()), 10_000, 20);
+  }
+  await waitFor(() => exitedFully(pid, matches), 5_000, 20);
+}
+
+/** Whether `pid` has exited with every thread of it (a zombie not reaped yet counts), or is now another program (its pid reused). */
+async function exitedFully(pid: number, matches: string | ((args: string[]) => boolean)): Promise<boolean> {
+  try {
+    const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8');
+    const args = cmdline.split('\0');
+    if (cmdline !== '' && !(typeof matches === 'string' ? args.join(' ').includes(matches) : matches(args))) return true;
+    const threads = await fs.readdir(`/proc/${pid}/task`);
+    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    return threads.length <= 1 && (state === 'Z' || state === 'X');
+  } catch {
+    return true;
+  }
 }
 
 /** Kills every process of the account (SIGKILL); none is fine. Only for a server's own account. */

@@ -1,6 +1,5 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { promises as fsp } from 'node:fs';
 import {
   chmodSync,
   chownSync,
@@ -270,33 +269,8 @@ export async function stopPowerDnsServer(dataDir: string): Promise<void> {
   const dir = path.resolve(dataDir);
   const pidfile = path.join(dir, PIDFILE);
   const pid = await readPidFile(pidfile);
-  if (pid !== null) await stopServer(pid, dir);
+  if (pid !== null) await stopProcess(pid, serverOf(dir));
   rmSync(pidfile, { force: true });
-}
-
-/**
- * `stopProcess`, then until the process has really exited: a dying process loses its command line
- * (so no longer looks like the server) before it closes its sockets, and its main thread turns
- * zombie while the others still hold them; a start on the same ports or control socket right after
- * would find them taken.
- */
-async function stopServer(pid: number, dataDir: string): Promise<void> {
-  await stopProcess(pid, serverOf(dataDir));
-  await waitFor(() => finished(pid, dataDir), 5_000, 20);
-}
-
-/** Whether `pid` has exited with every thread of it, or is now some other program (its pid reused). */
-async function finished(pid: number, dataDir: string): Promise<boolean> {
-  try {
-    const cmdline = await fsp.readFile(`/proc/${pid}/cmdline`, 'utf8');
-    if (cmdline !== '' && !serverOf(dataDir)(cmdline.split('\0'))) return true;
-    const threads = await fsp.readdir(`/proc/${pid}/task`);
-    const stat = await fsp.readFile(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    return threads.length <= 1 && (state === 'Z' || state === 'X');
-  } catch {
-    return true;
-  }
 }
 
 /**
@@ -438,6 +412,6 @@ export class PowerDnsServer {
   async stop(): Promise<void> {
     await stopPowerDnsServer(this.dataDir);
     // Its pidfile may have been replaced meanwhile (another start): this pid goes too, if still this directory's server.
-    await stopServer(this.pid, this.dataDir);
+    await stopProcess(this.pid, serverOf(this.dataDir));
   }
 }
