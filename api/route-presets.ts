@@ -41,6 +41,22 @@ interface PresetRouteInfo<PS extends ZObject, BS extends z.ZodType | undefined> 
   otherResponses?: ResponseSpec[];
 }
 
+/** The fields of `info` that a preset route passes to defineRoute as given (optional ones only when set). */
+function routeInfo<PS extends ZObject, BS extends z.ZodType | undefined>(info: PresetRouteInfo<PS, BS>) {
+  return {
+    path: info.path,
+    operationId: info.operationId,
+    summary: info.summary,
+    ...(info.description === undefined ? {} : { description: info.description }),
+    tag: info.tag,
+    scope: info.scope,
+    marks: info.marks,
+    params: info.params,
+    ...(info.body === undefined ? {} : { body: info.body }),
+    ...(info.exampleBody === undefined ? {} : { exampleBody: info.exampleBody }),
+  };
+}
+
 /**
  * A list that a backend returns whole, under one resource (a VPS's IPs, templates and backups, a
  * database service's databases, users and backups, a balancer's listeners and backends): a GET any
@@ -73,14 +89,7 @@ export function defineBackendList<PS extends ZObject, Target, Item, S extends z.
 }) {
   return defineRoute({
     method: 'get',
-    path: spec.path,
-    operationId: spec.operationId,
-    summary: spec.summary,
-    ...(spec.description === undefined ? {} : { description: spec.description }),
-    tag: spec.tag,
-    scope: spec.scope,
-    marks: [],
-    params: spec.params,
+    ...routeInfo({ ...spec, marks: [] }),
     query: z.object({ ...paginationQuery() }),
     responses: [{ status: 200, description: spec.listed, schema: listOf(spec.item, spec.listId) }, ...(spec.otherResponses ?? [])],
     async handler({ params, query, principal, deps }) {
@@ -115,17 +124,8 @@ export function defineSyncWrite<PS extends ZObject, BS extends z.ZodType | undef
   const { answer } = spec;
   return defineRoute({
     method: spec.method,
-    path: spec.path,
-    operationId: spec.operationId,
-    summary: spec.summary,
-    ...(spec.description === undefined ? {} : { description: spec.description }),
-    tag: spec.tag,
-    scope: spec.scope,
-    marks: spec.marks,
+    ...routeInfo(spec),
     ...(spec.returnsSecret ? { returnsSecret: true } : {}),
-    params: spec.params,
-    ...(spec.body === undefined ? {} : { body: spec.body }),
-    ...(spec.exampleBody === undefined ? {} : { exampleBody: spec.exampleBody }),
     responses: [
       { status: answer.status, description: answer.description, ...(answer.schema ? { schema: answer.schema } : {}) },
       ...(spec.otherResponses ?? []),
@@ -154,16 +154,7 @@ export function defineAsyncAction<PS extends ZObject, BS extends z.ZodType | und
   if (!spec.marks.includes('A')) throw new Error(`${spec.operationId}: an asynchronous action is marked A`);
   return defineRoute({
     method: 'post',
-    path: spec.path,
-    operationId: spec.operationId,
-    summary: spec.summary,
-    ...(spec.description === undefined ? {} : { description: spec.description }),
-    tag: spec.tag,
-    scope: spec.scope,
-    marks: spec.marks,
-    params: spec.params,
-    ...(spec.body === undefined ? {} : { body: spec.body }),
-    ...(spec.exampleBody === undefined ? {} : { exampleBody: spec.exampleBody }),
+    ...routeInfo(spec),
     responses: [{ status: 202, description: `The \`${spec.operation}\` operation`, schema: OperationSchema }, ...(spec.otherResponses ?? [])],
     async handler({ params, body, principal, deps }) {
       return spec.start({ params: params as z.infer<PS>, body: body as BodyOf<BS>, principal, deps });
