@@ -105,6 +105,11 @@ async function interrupt(run: Run): Promise<void> {
     process.kill(-(run.child.pid as number), 'SIGINT');
     await new Promise((resolve) => run.child.once('exit', resolve));
   }
+  // The child is tsx's wrapper, which may exit before scripts/dev.ts under it has finished stopping
+  // what it started (the API drains, HAProxy and the instances stop one by one): give the stop up to
+  // 30 s on a loaded machine before looking.
+  const deadline = Date.now() + 30_000;
+  while (processesOf(run.checkout).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
 }
 
 /** Processes on this machine that belong to `checkout`'s run: their command line names it or its server data, or they run in it. */
