@@ -44,6 +44,8 @@ export default tseslint.config(
                 '**/providers',
                 '**/providers/**',
                 '**/common/**',
+                // Names the workflows share with the control plane, in a module with no imports.
+                '!**/common/hosts',
                 '**/activities',
                 '**/activities/**',
               ],

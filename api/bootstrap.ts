@@ -9,6 +9,7 @@ import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
 import { postgresCounters, RateLimiter } from '../infra/rate-limit';
 import { TemporalGateway } from '../infra/temporal';
+import { hostCallerOf } from '../infra/host-calls';
 import { createProviders, families as allFamilies, type FamilyManifest } from '../families';
 import { createProvisioners } from '../domain/provisioning';
 import { localServicePorts, protectLocalPorts } from '../infra/webhook-targets';
@@ -23,7 +24,17 @@ import { buildRouteTable } from './routes';
  * Wires the API process: database, Temporal client, providers, and the Express app. `families` are
  * every family (families/index.ts) unless a test mounts others.
  */
-export async function createApi(config: Config, options: { db?: Db; temporalClient?: Client; logger?: Logger; families?: readonly FamilyManifest[] } = {}) {
+export async function createApi(
+  config: Config,
+  options: {
+    db?: Db;
+    temporalClient?: Client;
+    logger?: Logger;
+    families?: readonly FamilyManifest[];
+    /** Tests without Temporal (hence without a worker): this process is also the agent of that host, and runs its servers itself. */
+    host?: string;
+  } = {},
+) {
   const families = options.families ?? allFamilies;
   const logger = options.logger ?? createLogger(config.LOG_LEVEL, 'api');
   const db = options.db ?? createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
@@ -37,7 +48,8 @@ export async function createApi(config: Config, options: { db?: Db; temporalClie
     },
     options.temporalClient,
   );
-  const providers = createProviders({ db, config }, families);
+  // The API is no host: calls about a server go to its host (docs/hosts.md).
+  const providers = createProviders({ db, config, host: options.host, caller: hostCallerOf(temporal, config.HOST_CALL_TIMEOUT) }, families);
   const deps: AppDeps = {
     config,
     db,

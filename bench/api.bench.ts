@@ -45,7 +45,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import autocannon from 'autocannon';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker } from '@temporalio/worker';
+import { bundleWorkflowCode, DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../common/config';
 import { createLogger } from '../common/logger';
 import { createApi } from '../api/bootstrap';
@@ -308,7 +308,7 @@ async function main() {
     workflowsPath: path.join(root, 'test/fixtures/workflows.ts'),
     logger: { info() {}, warn() {}, error: console.error, debug() {}, trace() {}, log() {} } as never,
   });
-  const { worker }: { worker: Worker } = await createWorker({
+  const { worker } = await createWorker({
     config,
     db: database.db,
     logger,

@@ -1,6 +1,8 @@
 import { isIP } from 'node:net';
 import path from 'node:path';
+import { hostname } from 'node:os';
 import { z } from 'zod';
+import { HOST_NAME_PATTERN } from './hosts';
 import { parseDuration, parseDurationList } from './duration';
 import { isLoopbackRange, parseIpv4Range } from './ipv4-range';
 import { serverDataRoot } from '../providers/local-server/data-dir';
@@ -150,6 +152,35 @@ export const configSchema = z
     SIM_DELAY_SCALE: z.coerce.number().min(0).default(1),
     /** How often the worker looks for terminated services whose backend resources still exist (teardown). */
     TEARDOWN_SWEEP_INTERVAL: duration('5s'),
+    /**
+     * Hosts (docs/hosts.md): a worker process is the host agent of HOST_NAME. It polls the shared task
+     * queue and `host-<HOST_NAME>`, and runs and keeps the servers of the resources placed on it.
+     */
+    HOST_NAME: z
+      .string()
+      .default(() => hostname())
+      .transform((v) => v.toLowerCase())
+      .refine((v) => HOST_NAME_PATTERN.test(v), 'must be 1 to 63 characters of a-z, 0-9, "-" and ".", starting with a letter or digit'),
+    /** The host's data: its servers' directories default to `<HOST_DATA_DIR>/lb`, `/dbaas` (else the checkout's `.data`). */
+    HOST_DATA_DIR: z.string().optional(),
+    /** The families whose servers this host runs (comma-separated); all that run on hosts when unset. */
+    HOST_FAMILIES: z
+      .string()
+      .optional()
+      .transform((v) =>
+        v === undefined
+          ? null
+          : v
+              .split(',')
+              .map((s) => s.trim())
+              .filter(Boolean),
+      ),
+    /** How many resources placement puts on this host at most. */
+    HOST_CAPACITY: positiveInt(200),
+    /** How often the host agent says it is alive; three missed beats and the host is `down`. */
+    HOST_HEARTBEAT_INTERVAL: duration('5s'),
+    /** Bound on one synchronous call to a resource's server through its host (a listener PUT, a database list). */
+    HOST_CALL_TIMEOUT: duration('30s'),
     /** Load balancers: `haproxy` runs one HAProxy process per balancer on this host; `simulator` keeps them in PostgreSQL. */
     LB_BACKEND: z.enum(['haproxy', 'simulator']).default('haproxy'),
     /** Where balancers listen: one IPv4 address shared by all, or an IPv4 CIDR range giving each its own address. */
@@ -298,6 +329,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   for (const key of Object.keys(source)) if (source[key] === '') delete source[key];
   // ALLOW_INSECURE_TARGETS is the flag's name (DECISIONS); WEBHOOK_ALLOW_INSECURE_TARGETS, its older one, still works.
   if (source.ALLOW_INSECURE_TARGETS !== undefined) source.WEBHOOK_ALLOW_INSECURE_TARGETS = source.ALLOW_INSECURE_TARGETS;
+  // A host's servers live under its HOST_DATA_DIR unless their own directory is set.
+  if (source.HOST_DATA_DIR) {
+    source.LB_DATA_DIR ??= path.join(source.HOST_DATA_DIR, 'lb');
+    source.DBAAS_DATA_DIR ??= path.join(source.HOST_DATA_DIR, 'dbaas');
+  }
   const parsed = configSchema.safeParse(source);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(config)'}: ${i.message}`);

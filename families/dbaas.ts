@@ -12,7 +12,7 @@ export const dbaasFamily = defineFamily({
   routes: dbaasRoutes,
   devRoutes: dbaasDevRoutes,
   backend: dbaasBackend,
-  provisioner: ({ db, providers, keyring }) => new DbaasProvisioner(db, providers.dbaas, keyring),
+  provisioner: ({ db, providers, keyring }) => new DbaasProvisioner(db, providers.dbaas, keyring, providers.hosts),
   activities: (deps) => createDbaasActivities(deps),
   workflows: 'workflows/dbaas',
   seed: ({ db, providers, keyring }) => seedDbaas(db, providers, keyring),

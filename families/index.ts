@@ -1,9 +1,12 @@
 import type { Config } from '../common/config';
 import type { Db } from '../db/knex';
+import { HostPlacements } from '../domain/hosts/directory';
 import { buildProviders, type Providers } from '../providers';
+import type { HostCaller } from '../providers/host-routing';
 import type { AnyBackend } from '../providers/backend';
 import { dbaasFamily } from './dbaas';
 import { dnsFamily } from './dns';
+import { hostsFamily } from './hosts';
 import { lbFamily } from './lb';
 import type { FamilyManifest } from './manifest';
 import { ordersFamily } from './orders';
@@ -17,14 +20,34 @@ export type { FamilyManifest } from './manifest';
  * table, the dev routes, the providers, the provisioners, the worker's activities and the demo seed
  * read. A family adds one line here. The order is the route table's (and the OpenAPI document's).
  */
-export const families: readonly FamilyManifest[] = [ordersFamily, webhooksFamily, vpsFamily, lbFamily, dbaasFamily, dnsFamily];
+export const families: readonly FamilyManifest[] = [ordersFamily, webhooksFamily, hostsFamily, vpsFamily, lbFamily, dbaasFamily, dnsFamily];
 
 /** The families' backends, for the provider registry. */
 export function familyBackends(list: readonly FamilyManifest[] = families): AnyBackend[] {
   return list.flatMap((family) => (family.backend ? [family.backend] : []));
 }
 
-/** Every provider of one process: the platform's and each family's backend (providers/index.ts). */
-export function createProviders(ctx: { db: Db; config: Config }, list: readonly FamilyManifest[] = families): Providers {
-  return buildProviders(ctx, familyBackends(list));
+/**
+ * The families whose servers run on hosts in this configuration (their real backend is selected and
+ * placed: docs/hosts.md), each with the resource object of its services.
+ */
+export function placedFamilies(config: Config, list: readonly FamilyManifest[] = families): Map<string, string> {
+  const placed = new Map<string, string>();
+  for (const backend of familyBackends(list)) {
+    if (backend.real?.placed && backend.real.selected(config)) placed.set(backend.family, backend.real.placed.object);
+  }
+  return placed;
+}
+
+/**
+ * Every provider of one process: the platform's and each family's backend (providers/index.ts).
+ * `host` is the host this process is the agent of (the worker, the seed), else calls about servers go
+ * to their host through `caller` (null: no host reachable from here).
+ */
+export function createProviders(
+  ctx: { db: Db; config: Config; host?: string | null; caller?: HostCaller | null },
+  list: readonly FamilyManifest[] = families,
+): Providers {
+  const directory = new HostPlacements(ctx.db, ctx.host ?? null, placedFamilies(ctx.config, list));
+  return buildProviders({ db: ctx.db, config: ctx.config, hosts: { directory, caller: ctx.caller ?? null } }, familyBackends(list));
 }

@@ -9,7 +9,7 @@ export const lbFamily = defineFamily({
   name: 'lb',
   routes: lbRoutes,
   backend: lbBackend,
-  provisioner: ({ db, providers }) => new LbProvisioner(db, providers.lb),
+  provisioner: ({ db, providers }) => new LbProvisioner(db, providers.lb, providers.hosts),
   seed: ({ db, providers, apiPort, demoBackends }) => seedLb(db, providers, { apiPort, demoBackends }),
   config: ['LB_BACKEND', 'LB_BIND_ADDRESS', 'LB_DATA_DIR', 'LB_KEEPER_INTERVAL'],
 });

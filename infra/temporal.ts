@@ -46,11 +46,11 @@ export class TemporalGateway {
     return this.options.taskQueue;
   }
 
-  searchAttributes(values: { operationType: string; accountId: string; resourceId: string | null }): TypedSearchAttributes | undefined {
+  searchAttributes(values: { operationType: string; accountId: string | null; resourceId: string | null }): TypedSearchAttributes | undefined {
     if (!this.options.useSearchAttributes) return undefined;
     const pairs = [
       { key: SEARCH_ATTRIBUTES.operationType, value: values.operationType },
-      { key: SEARCH_ATTRIBUTES.accountId, value: values.accountId },
+      ...(values.accountId ? [{ key: SEARCH_ATTRIBUTES.accountId, value: values.accountId }] : []),
       ...(values.resourceId ? [{ key: SEARCH_ATTRIBUTES.resourceId, value: values.resourceId }] : []),
     ];
     return new TypedSearchAttributes(pairs);

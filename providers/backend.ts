@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Config } from '../common/config';
+import type { HostPlacedBackend } from './host-routing';
 import type { BackendTargetPolicySource } from './lb.rules';
 import type { SimulatedTasks } from './simulator/task-engine';
 import type { BackendFamily } from './switchboard';
@@ -48,6 +49,11 @@ export interface BackendSpec<K extends keyof FamilyProviders, Real extends Famil
      * the outage switch: load-balancer backends may not point at them.
      */
     listeningPorts?(adapter: Real): Promise<number[]>;
+    /**
+     * Its servers run on hosts (docs/hosts.md): each service is placed on one, its host's agent runs
+     * its server, and calls about it from anywhere else are routed there (providers/host-routing.ts).
+     */
+    placed?: HostPlacedBackend<Real>;
   };
 }
 

@@ -12,7 +12,7 @@ declare module './backend' {
 }
 
 /** The DBaaS family's backend: a PostgreSQL or MariaDB server per instance (DBAAS_BACKEND=instances) or the simulator. */
-export const dbaasBackend = defineBackend({
+export const dbaasBackend = defineBackend<'dbaas', DbInstancesAdapter>({
   family: 'dbaas',
   key: 'dbaas',
   simulator: ({ db, tasks }) => new DbaasSimulator(db, tasks),
@@ -22,5 +22,22 @@ export const dbaasBackend = defineBackend({
       new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE }),
     // The instances listen on this machine: load-balancer backends may not point at their ports.
     listeningPorts: (instances: DbInstancesAdapter) => instances.listeningPorts(),
+    // Calls name the instance (`svc-12-ab34cd`, made by domain/dbaas/store.ts) or, to create it, its service.
+    placed: {
+      object: 'dbaas',
+      serviceOf: (method, args) => {
+        if (method === 'createInstance') return (args[0] as { serviceId: number }).serviceId;
+        if (method === 'resumeInstances') return 'host';
+        return serviceOfInstance(args[0] as string);
+      },
+      localServices: async (instances: DbInstancesAdapter) => (await instances.instanceNames()).map(serviceOfInstance),
+    },
   },
 });
+
+/** The service of an instance name (`svc-12-ab34cd` -> 12). */
+function serviceOfInstance(name: string): number {
+  const match = /^svc-(\d+)-/.exec(name);
+  if (!match) throw new Error(`not an instance name of this control plane: ${name}`);
+  return Number(match[1]);
+}

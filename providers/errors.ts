@@ -10,7 +10,7 @@ export class BackendUnavailableError extends Error {
     /** The outage switch / backend name (`vps`, `dns`, `billing`...). */
     readonly backend: string,
     /** For the logs (may name commands and codes); never shown to customers. */
-    detail?: string,
+    readonly detail?: string,
     /**
      * What did not answer, in the customer's words, when it is one of theirs (`database instance
      * svc-12-ab34cd`): the API's message names it rather than the whole backend.

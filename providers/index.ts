@@ -7,6 +7,7 @@ import type { AnyBackend, BackendContext, FamilyProviders } from './backend';
 import type { BillingProvider } from './billing.provider';
 import type { ServiceBuildProvider } from './builds.provider';
 import type { BackendTargetPolicySource } from './lb.rules';
+import { routeToHosts, type HostCaller, type HostDirectory } from './host-routing';
 import { platformTargets } from './lb.targets';
 import { localServicePorts } from '../common/platform-ports';
 import { BillingSimulator } from './simulator/billing.simulator';
@@ -32,7 +33,23 @@ export interface Providers extends FamilyProviders {
   lbTargets: BackendTargetPolicySource;
   /** Fault injection into simulated backends' tasks (dev routes, tests); null when none is simulated. */
   faults: FaultInjector | null;
+  /** The hosts the servers of placed backends run on, as this process sees them (docs/hosts.md). */
+  hosts: HostDirectory;
+  /** The servers of each placed family on this machine, by service (a host agent adopts them). */
+  localServers: Array<{ family: string; services(): Promise<number[]> }>;
 }
+
+/** How this process reaches hosts: the registry, and the caller for the hosts it is not (null: none reachable). */
+export interface HostRouting {
+  directory: HostDirectory;
+  caller: HostCaller | null;
+}
+
+/** No hosts: every backend runs in this process (tools and tests that build providers by hand). */
+const NO_HOSTS: HostRouting = {
+  directory: { self: null, places: () => false, resourceObject: () => 'service', locate: async () => null },
+  caller: null,
+};
 
 export interface FaultInjector {
   /** The subject's next task (of `kind`, when given) on that backend ends in error, without effect. */
@@ -43,7 +60,10 @@ export interface FaultInjector {
  * The providers of one process. `backends` are the families' (`familyBackends()` in families/index.ts
  * lists them from the manifests; `createProviders` there passes them).
  */
-export function buildProviders({ db, config }: { db: Knex; config: Config }, backends: readonly AnyBackend[]): Providers {
+export function buildProviders(
+  { db, config, hosts = NO_HOSTS }: { db: Knex; config: Config; hosts?: HostRouting },
+  backends: readonly AnyBackend[],
+): Providers {
   const switchboard = new BackendSwitchboard(db);
   const tasks = new SimulatedTasks(db, config.SIM_DELAY_SCALE);
   const billing = new BillingSimulator(db, switchboard, config.SIM_DELAY_SCALE);
@@ -53,14 +73,23 @@ export function buildProviders({ db, config }: { db: Knex; config: Config }, bac
   const lbTargets = lbTargetsOf(config, listening);
   const ctx: BackendContext = { db, config, tasks, targets: lbTargets };
   const built: Record<string, unknown> = {};
+  const localServers: Providers['localServers'] = [];
   for (const backend of backends) {
     if (backend.key in built) throw new Error(`Two backends claim providers.${String(backend.key)}`);
     const real = backend.real?.selected(config) ? backend.real : null;
     const provider = real ? real.create(ctx) : backend.simulator(ctx);
     if (real?.listeningPorts) listening.push(() => real.listeningPorts!(provider));
-    built[backend.key] = withOutageSwitch(provider as object, switchboard, backend.family);
+    if (real?.placed && hosts.directory.places(backend.family)) {
+      const placed = real.placed;
+      localServers.push({ family: backend.family, services: () => placed.localServices(provider) });
+    }
+    const routed =
+      real?.placed && hosts.directory.places(backend.family)
+        ? routeToHosts(provider as object, { family: backend.family, key: String(backend.key), placed: real.placed, ...hosts })
+        : (provider as object);
+    built[backend.key] = withOutageSwitch(routed, switchboard, backend.family);
   }
-  return { ...(built as unknown as FamilyProviders), switchboard, billing, builds, lbTargets, faults: tasks };
+  return { ...(built as unknown as FamilyProviders), switchboard, billing, builds, lbTargets, faults: tasks, hosts: hosts.directory, localServers };
 }
 
 /**

@@ -11,12 +11,18 @@ declare module './backend' {
 }
 
 /** The load-balancer family's backend: an HAProxy per balancer (LB_BACKEND=haproxy) or the simulator. */
-export const lbBackend = defineBackend({
+export const lbBackend = defineBackend<'lb', HaproxyLbProvider>({
   family: 'lb',
   key: 'lb',
   simulator: ({ db, config }) => new LbSimulator(db, { bindAddress: config.LB_BIND_ADDRESS, delayScale: config.SIM_DELAY_SCALE }),
   real: {
     selected: (config) => config.LB_BACKEND !== 'simulator',
     create: ({ config, targets }) => new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS, targets }),
+    // Every call names the balancer's service first.
+    placed: {
+      object: 'load_balancer',
+      serviceOf: (_method, args) => args[0] as number,
+      localServices: (adapter) => adapter.balancerIds(),
+    },
   },
 });

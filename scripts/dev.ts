@@ -7,7 +7,9 @@ import { defaultServerDataDir, loadConfig, type Config } from '../common/config'
 import { randomBase62 } from '../common/crypto';
 import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
-import { createProviders } from '../families';
+import { createProviders, placedFamilies } from '../families';
+import { hostRegistrationOf } from '../domain/hosts/agent';
+import { registerHost } from '../domain/hosts/registry';
 import { loadKeyring } from '../infra/master-key';
 import { PowerDnsServer, stopPowerDnsServer } from '../providers/powerdns/powerdns.server';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
@@ -241,7 +243,10 @@ async function main() {
   await db.migrate.latest();
   const passwords = demoPasswords();
   const dnsNote = await startPowerDns();
-  const seeded = await seedDemo(db, passwords, createProviders({ db, config }), {
+  // The demo servers are built here, on this machine's host (the worker, its agent, registers it again).
+  const registration = hostRegistrationOf(config, [...placedFamilies(config).keys()]);
+  if (registration.families.length > 0) await registerHost(db, registration);
+  const seeded = await seedDemo(db, passwords, createProviders({ db, config, host: config.HOST_NAME }), {
     apiPort: config.PORT,
     demoBackends: await startDemoBackends(),
     keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY),

@@ -22,7 +22,7 @@ describe('family manifests', () => {
   it('each family is listed once, under a catalog family or a platform part', () => {
     const names = families.map((f) => f.name);
     expect(new Set(names).size).toBe(names.length);
-    const known = [...FAMILIES.map((f) => f.name as string), 'orders', 'webhooks'];
+    const known = [...FAMILIES.map((f) => f.name as string), 'orders', 'webhooks', 'hosts'];
     expect(names.filter((n) => !known.includes(n))).toEqual([]);
   });
 

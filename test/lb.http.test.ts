@@ -17,7 +17,7 @@ import { eventually, get, startBackend, type Backend } from './lb.support';
 
 async function buildBalancer(stack: Stack, serviceId: number): Promise<void> {
   const target = (await provisionTargetOf(stack.db, serviceId))!;
-  const provisioner = new LbProvisioner(stack.db, stack.api.deps.providers.lb);
+  const provisioner = new LbProvisioner(stack.db, stack.api.deps.providers.lb, stack.api.deps.providers.hosts);
   await provisioner.provision(target);
   expect(await provisioner.isActive(target)).toBe(true);
 }

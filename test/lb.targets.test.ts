@@ -30,7 +30,7 @@ const listener = (name: string, port: number, backends: Array<{ ip: string; port
 async function buildBalancer(stack: Stack, label: string): Promise<{ lbId: string; serviceId: number; address: string }> {
   const { serviceId, id: lbId } = await createService(stack.db, stack.owner.accountId, { family: 'lb', product: 'lb-s', label });
   const target = (await provisionTargetOf(stack.db, serviceId))!;
-  await new LbProvisioner(stack.db, stack.api.deps.providers.lb).provision(target);
+  await new LbProvisioner(stack.db, stack.api.deps.providers.lb, stack.api.deps.providers.hosts).provision(target);
   const address = (await stack.db('lb_balancers').where({ service_id: serviceId }).first()).address;
   return { lbId, serviceId, address };
 }

@@ -1,8 +1,8 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { bundleWorkflowCode, type Worker } from '@temporalio/worker';
+import { bundleWorkflowCode } from '@temporalio/worker';
 import type { WorkflowHandle } from '@temporalio/client';
-import { createWorker } from '../workers/worker';
+import { createWorker, type AgentWorkers } from '../workers/worker';
 import { newUlidId } from '../common/ids';
 import { endpointWorkflowInput } from '../domain/webhooks/webhooks';
 import { replayTests, type RecordedRun } from './helpers/replay';
@@ -61,7 +61,7 @@ function startLegacyRun(deliveryId: string): Promise<WorkflowHandle> {
 }
 
 /** No workflow cache, hence no sticky queue: a run's next task goes to whichever worker polls the queue. */
-async function workerOn(taskQueue: string, code: string): Promise<{ worker: Worker; running: Promise<void> }> {
+async function workerOn(taskQueue: string, code: string): Promise<{ worker: AgentWorkers; running: Promise<void> }> {
   const { worker } = await createWorker({
     config: stack.config,
     db: stack.db,

@@ -31,6 +31,7 @@ export function createBackgroundServices(deps: ActivityDeps): BackgroundService[
       logger: deps.logger,
       intervalMs: deps.config.LB_KEEPER_INTERVAL,
       targets: deps.providers.lbTargets,
+      ...(deps.providers.hosts.places('lb') && deps.providers.hosts.self ? { host: deps.providers.hosts.self } : {}),
     }),
     // Records whose time is up: ended sign-in throttle windows, expired idempotency keys.
     new RetentionSweeper(deps),

@@ -44,7 +44,7 @@ async function main() {
   // The loops run in one process: the first worker process.
   const background = processIndex() === 0 ? loops : [];
   for (const service of background) await service.start();
-  logger.info({ taskQueue: config.TEMPORAL_TASK_QUEUE }, 'worker running');
+  logger.info({ taskQueue: config.TEMPORAL_TASK_QUEUE, host: worker.host ? config.HOST_NAME : null }, 'worker running');
   const stop = () => worker.shutdown();
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

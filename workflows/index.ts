@@ -8,6 +8,7 @@
  */
 export * from './orders';
 export * from './webhooks';
+export * from './hosts';
 export * from './vps';
 export * from './dbaas';
 export * from './services/service-teardown.workflow';

@@ -12,6 +12,7 @@ import * as hardening from './20261123000400_hardening';
 import * as rateLimits from './20261124001400_rate_limits';
 import * as operationsUnfinished from './20261125000500_operations_unfinished';
 import * as operationsStart from './20261125000600_operations_start';
+import * as hosts from './20261125000700_hosts';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -36,6 +37,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261124001400_rate_limits', rateLimits],
   ['20261125000500_operations_unfinished', operationsUnfinished],
   ['20261125000600_operations_start', operationsStart],
+  ['20261125000700_hosts', hosts],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -17,6 +17,6 @@ export async function seedDbaas(db: Knex, providers: Providers, keyring: Keyring
     .orderBy('services.id')
     .select('services.id', 'services.product', 'dbaas_instances.ready_at');
   for (const service of services) {
-    await attachDbaasInstance(db, providers.dbaas, keyring, { id: Number(service.id), product: service.product });
+    await attachDbaasInstance(db, providers, keyring, { id: Number(service.id), product: service.product });
   }
 }

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { placeIfHosted } from '../../domain/hosts/directory';
 import { findBalancer, recordBalancer, storeAddress, storeListeners } from '../../domain/lb/store';
 import type { Providers } from '../../providers';
 import { BackendRefusedError } from '../../providers/errors';
@@ -48,6 +49,7 @@ export async function seedLb(db: Knex, providers: Providers, options: { apiPort:
   const services: Array<{ id: number }> = await db('services').where({ family: 'lb' }).whereIn('status', ['active', 'suspended']).orderBy('id').select('id');
   for (const { id } of services) {
     const serviceId = Number(id);
+    await placeIfHosted(db, providers.hosts, 'lb', serviceId);
     const existing = await findBalancer(db, serviceId);
     if (existing) {
       const status = await providers.lb.create(serviceId, existing.listeners);

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
 import type { DbaasProvider } from '../../providers/dbaas.provider';
+import type { HostDirectory } from '../../providers/host-routing';
 import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
 import { attachDbaasInstance, detachDbaasInstance, findInstance } from './store';
 
@@ -15,10 +16,11 @@ export class DbaasProvisioner implements ServiceProvisioner {
     private readonly db: Knex,
     private readonly dbaas: DbaasProvider,
     private readonly keyring: Keyring,
+    private readonly hosts: HostDirectory,
   ) {}
 
   async provision(service: ProvisionTarget): Promise<void> {
-    await attachDbaasInstance(this.db, this.dbaas, this.keyring, { id: service.id, product: service.product });
+    await attachDbaasInstance(this.db, { dbaas: this.dbaas, hosts: this.hosts }, this.keyring, { id: service.id, product: service.product });
   }
 
   async isActive(service: ProvisionTarget): Promise<boolean> {

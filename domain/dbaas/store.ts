@@ -1,4 +1,6 @@
 import type { Knex } from 'knex';
+import type { HostDirectory } from '../../providers/host-routing';
+import { placeIfHosted } from '../hosts/directory';
 import { randomBytes } from 'node:crypto';
 import { conflict } from '../errors';
 import { randomBase62, type Keyring } from '../../common/crypto';
@@ -109,11 +111,13 @@ async function recordConnection(db: Knex, serviceId: number, info: DbConnectionI
  */
 export async function attachDbaasInstance(
   db: Knex,
-  dbaas: DbaasProvider,
+  { dbaas, hosts }: { dbaas: DbaasProvider; hosts: HostDirectory },
   keyring: Keyring,
   service: Pick<ServiceRow, 'id' | 'product'>,
   engine: DbEngine = engineOfProduct(service.product ?? ''),
 ): Promise<DbaasInstanceRow> {
+  // On a host first (when instances run on hosts): the calls below run there.
+  await placeIfHosted(db, hosts, 'dbaas', service.id);
   const row = await claimInstance(db, keyring, service.id, engine);
   await dbaas.createInstance({
     name: row.instance,

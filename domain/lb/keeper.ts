@@ -22,14 +22,24 @@ export class BalancerKeeper extends PeriodicService {
   /** What was last logged as left out, per balancer: the log says it once, not at every pass. */
   private readonly leftOut = new Map<number, string>();
 
-  constructor(private readonly deps: { db: Knex; lb: LbProvider; logger: Logger; intervalMs: number; targets?: BackendTargetPolicySource }) {
+  constructor(
+    private readonly deps: {
+      db: Knex;
+      lb: LbProvider;
+      logger: Logger;
+      intervalMs: number;
+      targets?: BackendTargetPolicySource;
+      /** The host whose balancers it keeps (its own); every recorded one when balancers run on no host (the simulator). */
+      host?: string;
+    },
+  ) {
     super({ intervalMs: deps.intervalMs, atStart: true });
   }
 
   async pass(): Promise<void> {
     try {
       const policy = this.deps.targets ? await this.deps.targets() : null;
-      for (const balancer of await balancersToRun(this.deps.db)) {
+      for (const balancer of await balancersToRun(this.deps.db, this.deps.host)) {
         // The stored set goes back on first: a stopped balancer then starts with it (the apply only
         // rewrites its files), and one that cannot start keeps no set the database does not hold.
         try {

@@ -1,5 +1,7 @@
 import type { Knex } from 'knex';
+import type { HostDirectory } from '../../providers/host-routing';
 import type { LbProvider } from '../../providers/lb.provider';
+import { placeIfHosted } from '../hosts/directory';
 import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
 import { findBalancer, forgetBalancer, recordBalancer } from './store';
 
@@ -12,9 +14,12 @@ export class LbProvisioner implements ServiceProvisioner {
   constructor(
     private readonly db: Knex,
     private readonly lb: LbProvider,
+    private readonly hosts: HostDirectory,
   ) {}
 
   async provision(service: ProvisionTarget): Promise<void> {
+    // On a host first (when balancers run on hosts): the create below runs there.
+    await placeIfHosted(this.db, this.hosts, 'lb', service.id);
     const existing = await findBalancer(this.db, service.id);
     // A retried call keeps what was built: the backend's create is idempotent, and the record too.
     const status = await this.lb.create(service.id, existing?.listeners ?? []);

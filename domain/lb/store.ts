@@ -86,12 +86,17 @@ export async function forgetBalancer(db: Knex, serviceId: number): Promise<void>
   await db('lb_balancers').where({ service_id: serviceId }).delete();
 }
 
-/** Every recorded balancer of services that should be serving (seed, restarts). */
-export async function balancersToRun(db: Knex): Promise<LbBalancerRow[]> {
-  const rows: LbBalancerRow[] = await db('lb_balancers')
+/**
+ * Every recorded balancer of services that should be serving (seed, restarts); with `host`, only
+ * those placed on that host (a host's keeper keeps its own: docs/hosts.md).
+ */
+export async function balancersToRun(db: Knex, host?: string): Promise<LbBalancerRow[]> {
+  const query = db('lb_balancers')
     .join('services', 'services.id', 'lb_balancers.service_id')
     .whereIn('services.status', ['active', 'suspended'])
     .orderBy('lb_balancers.service_id')
     .select('lb_balancers.*');
+  if (host !== undefined) query.join('placements', 'placements.service_id', 'lb_balancers.service_id').where('placements.host', host);
+  const rows: LbBalancerRow[] = await query;
   return rows.map((r) => normalize(r)!);
 }

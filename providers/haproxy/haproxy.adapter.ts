@@ -249,19 +249,21 @@ export class HaproxyLbProvider implements LbProvider {
    * part of LbProvider: in production balancers outlive the control plane.
    */
   async stopAll(): Promise<void> {
-    for (const entry of await readdir(this.options.dataDir).catch(() => [] as string[])) {
-      const id = /^svc-(\d+)$/.exec(entry);
-      if (id) await this.stop(Number(id[1]));
-    }
+    for (const id of await this.balancerIds()) await this.stop(id);
   }
 
   /** Destroys every balancer under the data directory (a test stack's teardown; not part of LbProvider). */
   async destroyAll(): Promise<void> {
+    for (const id of await this.balancerIds()) await this.destroy(id);
+  }
+
+  /** The services whose balancer has a directory here (a host adopts them when it starts; not part of LbProvider). */
+  async balancerIds(): Promise<number[]> {
     const entries = await readdir(this.options.dataDir).catch(() => [] as string[]);
-    for (const entry of entries) {
+    return entries.flatMap((entry) => {
       const id = /^svc-(\d+)$/.exec(entry);
-      if (id) await this.destroy(Number(id[1]));
-    }
+      return id ? [Number(id[1])] : [];
+    });
   }
 
   // --- configuration --------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Worker } from '@temporalio/worker';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -11,7 +10,7 @@ import { DbInstancesAdapter } from '../../providers/dbinstances/dbinstances.adap
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
-import { createWorker } from '../../workers/worker';
+import { createWorker, type AgentWorkers } from '../../workers/worker';
 import type { BackgroundService } from '../../workers/background';
 import { createTestDatabase, type TestDatabase } from './db';
 import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './temporal';
@@ -19,7 +18,8 @@ import { httpClient, type HttpClient } from './http';
 import { createAccount, createApiKey, createSession, createUser } from './fixtures';
 import { ALL_SCOPES } from '../../domain/scopes';
 import { protectLocalPorts } from '../../infra/webhook-targets';
-import type { FamilyManifest } from '../../families';
+import { placedFamilies, type FamilyManifest } from '../../families';
+import { HostAgent, hostRegistrationOf } from '../../domain/hosts/agent';
 
 export interface StackOptions {
   /**
@@ -108,7 +108,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   });
   const logLines = options.logLines;
   const logger = createLogger(config.LOG_LEVEL, 'test', logLines ? { write: (line: string) => void logLines.push(line) } : undefined);
-  const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger, families: options.families });
+  // Without Temporal there is no worker, so no host agent: the API process stands in for this
+  // machine's host (registered here), and runs the real servers a test asks for itself.
+  const host = temporal ? undefined : config.HOST_NAME;
+  const api = await createApi(config, { db: database.db, temporalClient: temporal?.client, logger, families: options.families, host });
+  const registration = hostRegistrationOf(config, [...placedFamilies(config, options.families).keys()]);
+  const standIn =
+    host && registration.families.length > 0 ? new HostAgent({ db: database.db, logger, local: api.deps.providers.localServers, registration }) : null;
+  await standIn?.start();
   const server: Server = await new Promise((resolve) => {
     const s = api.app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -116,7 +123,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // The API listens on a port of its own, and the Temporal server too: webhook targets may not reach them.
   protectLocalPorts([(server.address() as AddressInfo).port, ...(temporal ? [Number(temporal.address.split(':').pop())] : [])]);
 
-  let worker: Worker | null = null;
+  let worker: AgentWorkers | null = null;
   let background: BackgroundService[] = [];
   let running: Promise<void> | null = null;
   const startWorker = async () => {
@@ -171,6 +178,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         server.closeAllConnections();
       });
       await stopWorker();
+      await standIn?.stop();
       await api.close();
       await temporal?.teardown();
       await new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).destroyAll();

@@ -1,6 +1,7 @@
 import { CancellationScope, condition, isCancellation, patched, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
 import type { OrderActivities, OrderPaymentState } from '../../activities/orders/activities';
 import { OperationTracker, type OperationInput } from '../kit/operation';
+import { onHost, placement, whenHostAnswers, type HostWait } from '../kit/hosts';
 import { orderCancelledSignal, orderInvoicePaidSignal } from './signals';
 
 export interface OrderWorkflowInput extends OperationInput {
@@ -22,6 +23,12 @@ const DEFAULT_PAYMENT_RECHECK_MS = 6 * 3_600_000;
  * without end) kept the order `running` for ever. Runs started before it keep the old path.
  */
 const TIMEOUT_CUTS_PROVISIONING_CALLS = 'order-activation-timeout-cuts-provisioning-calls';
+/**
+ * Runs started since this patch place the service on a host first (when its family's servers run on
+ * hosts) and provision it there, through the host's task queue (docs/hosts.md); while that host is
+ * down the order says so in `result.waiting` and resumes when it is back.
+ */
+const PROVISIONS_ON_ITS_HOST = 'order-provisions-on-the-service-host';
 const FIRST_POLL_MS = 2_000;
 const MAX_POLL_MS = 60_000;
 
@@ -30,10 +37,8 @@ const billing = proxyActivities<OrderActivities>({
   retry: { initialInterval: '1 second', maximumInterval: '1 minute' },
 });
 
-const provisioning = proxyActivities<OrderActivities>({
-  startToCloseTimeout: '2 minutes',
-  retry: { initialInterval: '1 second', maximumInterval: '30 seconds' },
-});
+const PROVISIONING = { startToCloseTimeout: '2 minutes', retry: { initialInterval: '1 second', maximumInterval: '30 seconds' } } as const;
+const provisioning = proxyActivities<OrderActivities>(PROVISIONING);
 
 function describeMs(ms: number): string {
   if (ms % 60_000 === 0) return `${ms / 60_000} minutes`;
@@ -89,17 +94,27 @@ export async function orderWorkflow(input: OrderWorkflowInput): Promise<void> {
 
   const [serviceId] = await billing.createOrderServices(input.orderId);
   await op.progress(20);
+  const onItsHost = patched(PROVISIONS_ON_ITS_HOST);
+  // The host the service is placed on (null: its family runs on no host), and its activities there.
+  let host: string | null | undefined;
+  let provisioner = provisioning;
+  const tell = (wait: HostWait | null) => op.update({ result: wait ? { ...state, waiting: wait } : { ...state } });
+  const onHostWhenUp = <T>(call: () => Promise<T>) => (onItsHost ? whenHostAnswers(host ?? null, tell, call) : call());
   /** True once the service is active; false when the activation timeout came first. */
   const provisionUntilActive = async (): Promise<boolean> => {
     let provisioned = false;
     let pollMs = FIRST_POLL_MS;
     while (!timedOut) {
+      if (onItsHost && host === undefined) {
+        host = (await placement.placeService(serviceId)).host;
+        provisioner = onHost<OrderActivities>(host, PROVISIONING);
+      }
       if (!provisioned) {
-        provisioned = await provisioning.startProvisioning(serviceId);
+        provisioned = await onHostWhenUp(() => provisioner.startProvisioning(serviceId));
         // Not cut short: a progress write cancelled in flight could land after the failure.
         if (provisioned) await (timeoutCutsCalls ? CancellationScope.nonCancellable(() => op.progress(40)) : op.progress(40));
       }
-      if (provisioned && (await provisioning.checkServiceActive(serviceId))) return true;
+      if (provisioned && (await onHostWhenUp(() => provisioner.checkServiceActive(serviceId)))) return true;
       if (await condition(() => timedOut, pollMs)) return false;
       pollMs = Math.min(Math.round(pollMs * 1.5), MAX_POLL_MS);
     }

@@ -22,7 +22,7 @@ export const dbaasDevRoutes = [
     responses: [{ status: 200, description: 'The instance record' }],
     async handler({ params, body, deps }) {
       const service = await findServiceOfFamily(deps.db, params.id, 'dbaas');
-      const row = await attachDbaasInstance(deps.db, deps.providers.dbaas, deps.keyring, service, body.engine);
+      const row = await attachDbaasInstance(deps.db, deps.providers, deps.keyring, service, body.engine);
       return {
         body: {
           object: 'dbaas_instance',

@@ -1,0 +1,72 @@
+import { backendOf } from '../../common/families';
+import type { HostStatus } from '../../common/hosts';
+import { placeIfHosted } from '../../domain/hosts/directory';
+import { hostStatus, placementOf } from '../../domain/hosts/registry';
+import { provisionTargetOf } from '../../domain/provisioning';
+import type { Knex } from 'knex';
+import type { Logger } from '../../common/logger';
+import type { Providers } from '../../providers';
+import type { HostCallRequest } from '../../providers/host-routing';
+import { decodeValue, encodeError, encodeValue, type WireOutcome } from '../../providers/host-wire';
+
+/** What a workflow learns of a host before it sends work there. */
+export interface HostAvailability {
+  status: HostStatus | 'unknown';
+  /** Said to the operation's poller while the host is down (`result.waiting`). */
+  message: string;
+}
+
+/**
+ * Activities of hosts and placement (docs/hosts.md): the call a host makes on its own servers for
+ * a `hostCallWorkflow`, and what workflows ask before they route work to a host.
+ */
+export function createHostActivities({ db, providers, logger }: { db: Knex; providers: Providers; logger: Logger }) {
+  return {
+    /**
+     * Runs one provider call on this host's own servers (the local activity of `hostCallWorkflow`).
+     * Its outcome is returned, never thrown, so a refusal reaches the caller as the same error.
+     */
+    async hostProviderCall(request: HostCallRequest): Promise<WireOutcome> {
+      const provider = (providers as unknown as Record<string, Record<string, unknown>>)[request.key];
+      const method = provider?.[request.method];
+      if (!providers.hosts.places(request.family) || typeof method !== 'function' || request.method.startsWith('_')) {
+        return { ok: false, error: { kind: 'error', message: `${request.key}.${request.method} is not a call this host takes` } };
+      }
+      try {
+        const value = await (method as (...a: unknown[]) => Promise<unknown>).apply(provider, request.args.map(decodeValue));
+        return { ok: true, value: encodeValue(value) };
+      } catch (err) {
+        const error = encodeError(err);
+        if (error.kind === 'error') {
+          logger.error({ err, call: `${request.key}.${request.method}`, service: `svc_${request.serviceId}` }, 'host call failed');
+        }
+        return { ok: false, error };
+      }
+    },
+
+    /** Whether a host takes work now, and what to tell the operation's poller while it does not. */
+    async hostAvailability(host: string): Promise<HostAvailability> {
+      const found = await hostStatus(db, host);
+      if (!found) return { status: 'unknown', message: `The server of this resource is on host ${host}, which is not registered; this operation continues when it is.` };
+      const message =
+        found.status === 'down'
+          ? `The server of this resource is on host ${host}, which has not answered since ${found.heartbeat_at.toISOString()}; this operation continues when it is back.`
+          : '';
+      return { status: found.status, message };
+    },
+
+    /** Places a service on a host if its family's servers run on hosts (idempotent): its host, or null. */
+    async placeService(serviceId: number): Promise<{ host: string | null }> {
+      const target = await provisionTargetOf(db, serviceId);
+      if (!target) return { host: null };
+      return { host: await placeIfHosted(db, providers.hosts, backendOf(target.productFamily), serviceId) };
+    },
+
+    /** The host a service's server is on, or null (not placed, or its family runs on no host). */
+    async hostOfService(serviceId: number): Promise<{ host: string | null }> {
+      return { host: (await placementOf(db, serviceId))?.host ?? null };
+    },
+  };
+}
+
+export type HostActivities = ReturnType<typeof createHostActivities>;
