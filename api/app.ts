@@ -330,7 +330,11 @@ function classify(err: unknown, deps: AppDeps, req: Request): DomainError {
   if (err instanceof DomainError) return err;
   // Backend errors, mapped once for every family: unreachable 503; a refusal 409 (or 400 when it
   // names the request field at fault, like an invalid load-balancer configuration); gone 409.
-  if (err instanceof BackendUnavailableError) return backendUnavailable(err.backend, err.subject);
+  if (err instanceof BackendUnavailableError) {
+    // The detail is for operators (a host that is down, a command that failed), never for the customer.
+    deps.logger.warn({ backend: err.backend, detail: err.detail, method: req.method, path: req.path }, 'backend unavailable');
+    return backendUnavailable(err.backend, err.subject);
+  }
   if (err instanceof BackendRefusedError) return err.param ? validationFailed([{ param: err.param, message: err.message }]) : conflict(err.message);
   if (err instanceof BackendGoneError) return conflict(err.message);
   if (isDatabaseUnavailable(err)) {

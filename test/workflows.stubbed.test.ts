@@ -9,6 +9,7 @@ import { withBackendErrors } from '../activities/backend-errors';
 import type { OperationTransition } from '../domain/operations/contract';
 import { BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import { createTimeSkippingEnv, workflowBundle } from './helpers/temporal';
+import { hostQueue } from '../common/hosts';
 
 /**
  * Workflows on the kit with stubbed activities: the real workflow code (the run's bundle) on the
@@ -20,6 +21,7 @@ import { createTimeSkippingEnv, workflowBundle } from './helpers/temporal';
  */
 let env: TestWorkflowEnvironment;
 let worker: Worker;
+let hostWorker: Worker;
 let running: Promise<void>;
 const taskQueue = `stubbed-${randomUUID()}`;
 
@@ -36,6 +38,8 @@ interface Script {
   failing?: string[];
   /** Makes dbaasStartBackup throw this. */
   backupError?: Error;
+  /** The host the resource is placed on (none by default), and whether it is down when asked. */
+  host?: { name: string; down: boolean };
 }
 const traces = new Map<string, Trace>();
 const scripts = new Map<string, Script>();
@@ -45,7 +49,11 @@ function current(): { trace: Trace; script: Script } {
   if (!traces.has(id)) traces.set(id, { calls: [], transitions: [] });
   return { trace: traces.get(id)!, script: scripts.get(id) ?? {} };
 }
-const call = (name: string) => current().trace.calls.push(name);
+/** Notes the call, with the task queue it ran on when it is not the workflow's own. */
+const call = (name: string) => {
+  const queue = Context.current().info.taskQueue;
+  current().trace.calls.push(queue === taskQueue ? name : `${name} @${queue}`);
+};
 
 /** The activities the workflows below call, as stubs, with backend errors mapped as the worker maps them. */
 const stubs = withBackendErrors({
@@ -64,6 +72,18 @@ const stubs = withBackendErrors({
   async vpsAwaitState({ state }: { vmid: number; state: string }) {
     call(`state ${state}`);
     return state;
+  },
+  async hostOfService(_serviceId: number) {
+    return { host: current().script.host?.name ?? null };
+  },
+  async hostAvailability(host: string) {
+    call(`ask ${host}`);
+    return current().script.host?.down
+      ? {
+          status: 'down',
+          message: `The server of this resource is on host ${host}, which has not answered since then; this operation continues when it is back.`,
+        }
+      : { status: 'up', message: '' };
   },
   async dbaasStartBackup({ key }: { instance: string; key: string }) {
     call(`start backup ${key.split(':')[1]}`);
@@ -85,10 +105,13 @@ const stubs = withBackendErrors({
 beforeAll(async () => {
   env = await createTimeSkippingEnv();
   worker = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: workflowBundle(), activities: stubs });
-  running = worker.run();
+  // The agent of host `hx`: the same stubs, on that host's own queue.
+  hostWorker = await Worker.create({ connection: env.nativeConnection, taskQueue: hostQueue('hx'), workflowBundle: workflowBundle(), activities: stubs });
+  running = Promise.all([worker.run(), hostWorker.run()]).then(() => undefined);
 });
 afterAll(async () => {
   worker?.shutdown();
+  hostWorker?.shutdown();
   await running;
   await env?.teardown();
 });
@@ -139,6 +162,18 @@ describe('vps.power on stubs', () => {
 });
 
 describe('dbaas.backup on stubs', () => {
+  it('runs the dump on the instance’s host queue; while that host is down it says so in result.waiting, then clears it', async () => {
+    const trace = await run('dbaasBackupWorkflow', { serviceId: 1, instance: 'pg-1' }, { host: { name: 'hx', down: true } });
+    expect(trace.calls).toEqual(['ask hx', 'start backup backup @host-hx', 'ask hx', 'await backup bk_1 @host-hx']);
+    const waiting = { reason: 'host_down', host: 'hx', message: expect.stringMatching(/^The server of this resource is on host hx/) };
+    expect(trace.transitions.slice(0, 3)).toEqual([
+      { status: 'running', progress: 0, result: { backup_id: null } },
+      { result: { backup_id: null, waiting } },
+      { result: { backup_id: null } },
+    ]);
+    expect(last(trace)).toMatchObject({ status: 'succeeded', result: { backup_id: 'bk_1', size_bytes: 4096 } });
+  });
+
   it('records the backup id at 20 %, then succeeds with its size', async () => {
     const trace = await run('dbaasBackupWorkflow', { serviceId: 1, instance: 'pg-1' });
     expect(trace.calls).toEqual(['start backup backup', 'await backup bk_1']);

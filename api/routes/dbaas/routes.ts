@@ -399,7 +399,7 @@ export const dbaasRoutes = [
     operationId: 'createDbaasBackup',
     summary: 'Back up a database service',
     description:
-      'Answers `202` as the dump starts (`503` when the instance does not answer). The `dbaas.backup` operation carries `result.backup_id` at once and succeeds when the backup is on the list as `completed`, with `result.size_bytes`; it fails (`upstream_error`) when the dump tool does not finish.',
+      'Answers `202` as the dump starts (`503` when the instance does not answer; while the host it runs on is down, `202`, and the operation says in `result.waiting` that it waits for the host). The `dbaas.backup` operation carries `result.backup_id` at once and succeeds when the backup is on the list as `completed`, with `result.size_bytes`; it fails (`upstream_error`) when the dump tool does not finish.',
     tag: TAG,
     scope: 'dbaas:write',
     marks: ['R', 'A', 'I'],
@@ -408,8 +408,9 @@ export const dbaasRoutes = [
     otherResponses: [NO_INSTANCE],
     async start({ params, principal, deps }) {
       const { target, instance } = await instanceTarget(deps, principal, params.id, 'backups', 'a backup');
-      // Accepted only while the instance answers (503 otherwise), so the 202 means the dump can start.
-      await deps.providers.dbaas.status(instance.instance);
+      // Accepted only while the instance answers (503 otherwise), so the 202 means the dump can start;
+      // except while its host is down, when the operation waits for the host (docs/hosts.md).
+      if ((await deps.providers.hosts.locate(instance.service_id))?.status !== 'down') await deps.providers.dbaas.status(instance.instance);
       return startOperation(deps, principal, {
         type: 'dbaas.backup',
         input: { serviceId: instance.service_id, instance: instance.instance },
