@@ -31,10 +31,11 @@ export function familyBackends(list: readonly FamilyManifest[] = families): AnyB
  * The families whose servers run on hosts in this configuration (their real backend is selected and
  * placed: docs/hosts.md), each with the resource object of its services.
  */
-export function placedFamilies(config: Config, list: readonly FamilyManifest[] = families): Map<string, string> {
-  const placed = new Map<string, string>();
+export function placedFamilies(config: Config, list: readonly FamilyManifest[] = families): Map<string, { object: string; moveWorkflow?: string }> {
+  const placed = new Map<string, { object: string; moveWorkflow?: string }>();
   for (const backend of familyBackends(list)) {
-    if (backend.real?.placed && backend.real.selected(config)) placed.set(backend.family, backend.real.placed.object);
+    const spec = backend.real?.placed;
+    if (spec && backend.real!.selected(config)) placed.set(backend.family, { object: spec.object, moveWorkflow: spec.moveWorkflow });
   }
   return placed;
 }

@@ -22,6 +22,8 @@ export interface HostPlacedBackend<P = unknown> {
   serviceOf(method: string, args: unknown[]): number | 'host';
   /** The services whose servers this host has (its data directory): a host adopts them when it starts. */
   localServices(adapter: P): Promise<number[]>;
+  /** The workflow that moves a service's server to another host, where the family can (docs/hosts.md "Moving"). */
+  moveWorkflow?: string;
 }
 
 /** The host registry, as the providers see it (domain/hosts/directory.ts implements it). */
@@ -32,6 +34,8 @@ export interface HostDirectory {
   places(family: string): boolean;
   /** The resource object of a placed family's services (`load_balancer`), for listings. */
   resourceObject(family: string): string;
+  /** The workflow that moves a service of `family` to another host; null where the family cannot move. */
+  moveWorkflow(family: string): string | null;
   /** Where the server of a service lives, and whether that host is alive; null when it was never placed. */
   locate(serviceId: number): Promise<{ host: string; status: HostStatus } | null>;
 }

@@ -37,6 +37,12 @@ export interface Providers extends FamilyProviders {
   hosts: HostDirectory;
   /** The servers of each placed family on this machine, by service (a host agent adopts them). */
   localServers: Array<{ family: string; services(): Promise<number[]> }>;
+  /**
+   * The placed families' own adapters on this machine, behind their outage switch but not routed: what
+   * a move runs on each end (the new host builds before the placement says it is there, the old one
+   * destroys after it no longer does). Only the agent of a host uses them.
+   */
+  local: Partial<FamilyProviders>;
 }
 
 /** How this process reaches hosts: the registry, and the caller for the hosts it is not (null: none reachable). */
@@ -47,7 +53,7 @@ export interface HostRouting {
 
 /** No hosts: every backend runs in this process (tools and tests that build providers by hand). */
 const NO_HOSTS: HostRouting = {
-  directory: { self: null, places: () => false, resourceObject: () => 'service', locate: async () => null },
+  directory: { self: null, places: () => false, resourceObject: () => 'service', moveWorkflow: () => null, locate: async () => null },
   caller: null,
 };
 
@@ -74,6 +80,7 @@ export function buildProviders(
   const ctx: BackendContext = { db, config, tasks, targets: lbTargets };
   const built: Record<string, unknown> = {};
   const localServers: Providers['localServers'] = [];
+  const local: Record<string, unknown> = {};
   for (const backend of backends) {
     if (backend.key in built) throw new Error(`Two backends claim providers.${String(backend.key)}`);
     const real = backend.real?.selected(config) ? backend.real : null;
@@ -82,6 +89,7 @@ export function buildProviders(
     if (real?.placed && hosts.directory.places(backend.family)) {
       const placed = real.placed;
       localServers.push({ family: backend.family, services: () => placed.localServices(provider) });
+      local[backend.key] = withOutageSwitch(provider as object, switchboard, backend.family);
     }
     const routed =
       real?.placed && hosts.directory.places(backend.family)
@@ -89,7 +97,17 @@ export function buildProviders(
         : (provider as object);
     built[backend.key] = withOutageSwitch(routed, switchboard, backend.family);
   }
-  return { ...(built as unknown as FamilyProviders), switchboard, billing, builds, lbTargets, faults: tasks, hosts: hosts.directory, localServers };
+  return {
+    ...(built as unknown as FamilyProviders),
+    switchboard,
+    billing,
+    builds,
+    lbTargets,
+    faults: tasks,
+    hosts: hosts.directory,
+    localServers,
+    local: local as Partial<FamilyProviders>,
+  };
 }
 
 /**

@@ -23,6 +23,7 @@ export const lbBackend = defineBackend<'lb', HaproxyLbProvider>({
       object: 'load_balancer',
       serviceOf: (_method, args) => args[0] as number,
       localServices: (adapter) => adapter.balancerIds(),
+      moveWorkflow: 'lbMoveWorkflow',
     },
   },
 });

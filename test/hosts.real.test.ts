@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseNumericId } from '../common/ids';
+import { startMove } from '../domain/hosts/move';
 import { balancersToRun } from '../domain/lb/store';
 import { provisionTargetOf } from '../domain/provisioning';
 import { LbProvisioner } from '../domain/lb/provisioner';
@@ -212,6 +212,30 @@ describe('two host agents on one machine', () => {
     const f = await newBalancer('lb-f');
     expect(await hostOf(f.id)).toBe('h1');
     expect((await stack.http.post('/_dev/hosts/nope/drain')).status).toBe(404);
-    void parseNumericId;
+  });
+
+  it('moving a balancer builds it on the other host from its stored set, moves its placement and address, and destroys the old copy', async () => {
+    const before = (await stack.http.get(`/v1/load-balancers/${lbB.id}`, { token: stack.owner.key })).body;
+    const port = (await stack.http.get(`/v1/load-balancers/${lbB.id}/listeners`, { token: stack.owner.key })).body.data[0].port;
+    const moves = { db: stack.db, temporal: stack.api.deps.temporal, hosts: stack.api.deps.providers.hosts };
+    const started = await startMove(moves, lbB.serviceId, 'h1');
+    expect(started).toEqual({ workflowId: `move-svc_${lbB.serviceId}-to-h1`, family: 'lb', from: 'h2' });
+    const result = await stack.temporal!.client.workflow.getHandle(started.workflowId).result();
+    expect(result).toMatchObject({ from: 'h2', to: 'h1' });
+
+    expect(await hostOf(lbB.id)).toBe('h1');
+    const after = (await stack.http.get(`/v1/load-balancers/${lbB.id}`, { token: stack.owner.key })).body;
+    expect(after.address).toBe(result.address);
+    expect(after.address.split('.').slice(0, 3)).toEqual(stack.config.LB_BIND_ADDRESS.split('.').slice(0, 3));
+    expect((await stack.http.get(`/v1/services/${lbB.id}`, { token: stack.owner.key })).body.primary_ip).toBe(after.address);
+    expect(await get(after.address, port)).toBe('behind-h2');
+    await expect(get(before.address, port, 1_000)).rejects.toThrow();
+    expect(await lbDir('h2').balancerIds()).not.toContain(lbB.serviceId);
+    expect(await lbDir('h1').balancerIds()).toContain(lbB.serviceId);
+
+    // Refusals say why: a family that cannot move, a host that does not serve it, one that does not exist.
+    await expect(startMove(moves, dbD.serviceId, 'h1')).rejects.toThrow(/dbaas servers cannot move between hosts/);
+    await expect(startMove(moves, lbB.serviceId, 'nope')).rejects.toThrow(/no host nope/);
+    await expect(startMove(moves, lbB.serviceId, 'h1')).rejects.toThrow(/on h1 already/);
   });
 });

@@ -10,5 +10,6 @@ export * from './orders';
 export * from './webhooks';
 export * from './hosts';
 export * from './vps';
+export * from './lb';
 export * from './dbaas';
 export * from './services/service-teardown.workflow';

@@ -47,7 +47,8 @@ export function createHostActivities({ db, providers, logger }: { db: Knex; prov
     /** Whether a host takes work now, and what to tell the operation's poller while it does not. */
     async hostAvailability(host: string): Promise<HostAvailability> {
       const found = await hostStatus(db, host);
-      if (!found) return { status: 'unknown', message: `The server of this resource is on host ${host}, which is not registered; this operation continues when it is.` };
+      if (!found)
+        return { status: 'unknown', message: `The server of this resource is on host ${host}, which is not registered; this operation continues when it is.` };
       const message =
         found.status === 'down'
           ? `The server of this resource is on host ${host}, which has not answered since ${found.heartbeat_at.toISOString()}; this operation continues when it is back.`

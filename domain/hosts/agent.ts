@@ -21,9 +21,7 @@ export class HostAgent extends PeriodicService {
   readonly name = 'host-agent';
   private registered = false;
 
-  constructor(
-    private readonly deps: { db: Knex; logger: Logger; registration: HostRegistration; local: LocalServers[] },
-  ) {
+  constructor(private readonly deps: { db: Knex; logger: Logger; registration: HostRegistration; local: LocalServers[] }) {
     super({ intervalMs: deps.registration.heartbeatIntervalMs });
   }
 
@@ -57,7 +55,9 @@ export class HostAgent extends PeriodicService {
       const ids = await services();
       if (ids.length === 0) continue;
       const known: Array<{ id: string }> = await this.deps.db('services').whereIn('id', ids).select('id');
-      const placed = new Set((await this.deps.db('placements').whereIn('service_id', ids).select('service_id')).map((r: { service_id: string }) => Number(r.service_id)));
+      const placed = new Set(
+        (await this.deps.db('placements').whereIn('service_id', ids).select('service_id')).map((r: { service_id: string }) => Number(r.service_id)),
+      );
       for (const { id } of known) {
         if (placed.has(Number(id))) continue;
         await adoptService(this.deps.db, family, Number(id), this.deps.registration.name);

@@ -12,8 +12,8 @@ export class HostPlacements implements HostDirectory {
   constructor(
     private readonly db: Knex,
     readonly self: string | null,
-    /** The placed families, each with the resource object of its services. */
-    private readonly placedFamilies: ReadonlyMap<string, string>,
+    /** The placed families, each with the resource object of its services and the workflow that moves one. */
+    private readonly placedFamilies: ReadonlyMap<string, { object: string; moveWorkflow?: string }>,
   ) {}
 
   places(family: string): boolean {
@@ -21,7 +21,11 @@ export class HostPlacements implements HostDirectory {
   }
 
   resourceObject(family: string): string {
-    return this.placedFamilies.get(family) ?? 'service';
+    return this.placedFamilies.get(family)?.object ?? 'service';
+  }
+
+  moveWorkflow(family: string): string | null {
+    return this.placedFamilies.get(family)?.moveWorkflow ?? null;
   }
 
   /** The placed families. */

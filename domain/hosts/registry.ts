@@ -62,8 +62,12 @@ export async function heartbeat(db: Knex, name: string): Promise<void> {
 
 /** Every host with its status and what is placed on it, by name. */
 export async function listHosts(db: Knex): Promise<HostView[]> {
-  const rows = await db('hosts').select('*', db.raw(`${STATUS_SQL} as status`)).orderBy('name');
-  const placed: Array<{ host: string; service_id: string; family: string }> = await db('placements').orderBy('service_id').select('host', 'service_id', 'family');
+  const rows = await db('hosts')
+    .select('*', db.raw(`${STATUS_SQL} as status`))
+    .orderBy('name');
+  const placed: Array<{ host: string; service_id: string; family: string }> = await db('placements')
+    .orderBy('service_id')
+    .select('host', 'service_id', 'family');
   return rows.map((row) => ({
     name: row.name,
     families: row.families,
@@ -80,7 +84,9 @@ export async function findHost(db: Knex, name: string): Promise<HostView | null>
 }
 
 export async function hostStatus(db: Knex, name: string): Promise<{ status: HostStatus; heartbeat_at: Date } | null> {
-  const row = await db('hosts').where({ name }).first('heartbeat_at', db.raw(`${STATUS_SQL} as status`));
+  const row = await db('hosts')
+    .where({ name })
+    .first('heartbeat_at', db.raw(`${STATUS_SQL} as status`));
   return row ? { status: row.status, heartbeat_at: row.heartbeat_at } : null;
 }
 
@@ -130,7 +136,8 @@ export async function placeService(db: Knex, family: string, serviceId: number, 
   });
 }
 
-async function leastLoadedHost(trx: Knex.Transaction, family: string, exclude: string[]): Promise<string | null> {
+/** The host placement would choose for a service of `family` now, leaving out `exclude` (a move's target). */
+export async function leastLoadedHost(trx: Knex, family: string, exclude: string[]): Promise<string | null> {
   const row = await trx('hosts')
     .leftJoin('placements', 'placements.host', 'hosts.name')
     .whereRaw('? = any(hosts.families)', [family])

@@ -1,0 +1,44 @@
+import type { Knex } from 'knex';
+import type { TemporalGateway } from '../../infra/temporal';
+import type { HostDirectory } from '../../providers/host-routing';
+import { findHost, placementOf } from './registry';
+
+/** A move that cannot start: said to the operator as is. */
+export class MoveRefused extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'MoveRefused';
+  }
+}
+
+/**
+ * Starts the move of a service's server to another host (`to`, or the one placement would choose),
+ * through its family's move workflow (docs/hosts.md "Moving"), with workflow id
+ * `move-svc_<n>-to-<host|any>`: an operator finds it in the Temporal UI by the service id, and a
+ * second move of the same service to the same place while one runs is refused by Temporal.
+ */
+export async function startMove(
+  deps: { db: Knex; temporal: TemporalGateway; hosts: HostDirectory },
+  serviceId: number,
+  to?: string,
+): Promise<{ workflowId: string; family: string; from: string }> {
+  const placement = await placementOf(deps.db, serviceId);
+  if (!placement) throw new MoveRefused(`svc_${serviceId} is not placed on any host`);
+  const workflow = deps.hosts.moveWorkflow(placement.family);
+  if (!workflow) throw new MoveRefused(`${placement.family} servers cannot move between hosts (docs/hosts.md "Moving")`);
+  if (to !== undefined) {
+    const host = await findHost(deps.db, to);
+    if (!host) throw new MoveRefused(`no host ${to}`);
+    if (!host.families.includes(placement.family)) throw new MoveRefused(`host ${to} does not serve ${placement.family}`);
+    if (host.status === 'down') throw new MoveRefused(`host ${to} is down`);
+    if (to === placement.host) throw new MoveRefused(`svc_${serviceId} is on ${to} already`);
+  }
+  const workflowId = `move-svc_${serviceId}-to-${to ?? 'any'}`;
+  await deps.temporal.client.workflow.start(workflow, {
+    taskQueue: deps.temporal.taskQueue,
+    workflowId,
+    args: [{ serviceId, to: to ?? null }],
+    typedSearchAttributes: deps.temporal.searchAttributes({ operationType: `host.move`, accountId: null, resourceId: `svc_${serviceId}` }),
+  });
+  return { workflowId, family: placement.family, from: placement.host };
+}

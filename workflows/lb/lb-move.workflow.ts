@@ -1,0 +1,41 @@
+import type { LbActivities } from '../../activities/lb/activities';
+import { familyActivities } from '../kit/proxies';
+import { familyActivitiesOnHost } from '../kit/hosts';
+
+export interface LbMoveInput {
+  serviceId: number;
+  /** The host to move to; the one placement would choose (its own host left out) when absent. */
+  to?: string | null;
+}
+
+export interface LbMoveResult {
+  from: string;
+  to: string;
+  address: string;
+}
+
+const { bookkeeping } = familyActivities<LbActivities>();
+/** A listener change between the build and the switch makes the move build again; past this many, it gives up. */
+const MAX_ROUNDS = 5;
+
+/**
+ * `lbMoveWorkflow`, an operator's move of a load balancer to another host (docs/hosts.md "Moving"),
+ * started by `npm run hosts -- move svc_<n>` with workflow id `move-svc_<n>-to-<host>`: builds the
+ * balancer on the new host from its stored listeners, switches the placement and the address (the
+ * new host's range: clients follow the service's new `primary_ip`), then destroys the old copy on
+ * the old host, waiting for that host if it is down.
+ */
+export async function lbMoveWorkflow(input: LbMoveInput): Promise<LbMoveResult> {
+  let plan = await bookkeeping.lbMovePlan(input);
+  if (plan.from === plan.to) return { from: plan.from, to: plan.to, address: '' };
+  for (let round = 1; ; round++) {
+    const { address } = await familyActivitiesOnHost<LbActivities>(plan.to).calls.lbBuildHere({ serviceId: input.serviceId, listeners: plan.listeners });
+    const { switched } = await bookkeeping.lbSwitchHost({ serviceId: input.serviceId, to: plan.to, address, listeners: plan.listeners });
+    if (switched) {
+      await familyActivitiesOnHost<LbActivities>(plan.from).bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
+      return { from: plan.from, to: plan.to, address };
+    }
+    if (round >= MAX_ROUNDS) throw new Error(`the listeners of svc_${input.serviceId} kept changing during the move; it stays on ${plan.from}`);
+    plan = { ...(await bookkeeping.lbMovePlan({ serviceId: input.serviceId, to: plan.to })), from: plan.from };
+  }
+}
