@@ -1,4 +1,5 @@
 import { createDbaasActivities } from '../activities/dbaas/activities';
+import { createDbaasMoveActivities } from '../activities/dbaas/move.activities';
 import { dbaasDevRoutes } from '../api/routes/dbaas/dev.routes';
 import { dbaasRoutes } from '../api/routes/dbaas/routes';
 import { seedDbaas } from '../db/seeds/dbaas.seed';
@@ -13,7 +14,7 @@ export const dbaasFamily = defineFamily({
   devRoutes: dbaasDevRoutes,
   backend: dbaasBackend,
   provisioner: ({ db, providers, keyring }) => new DbaasProvisioner(db, providers.dbaas, keyring, providers.hosts),
-  activities: (deps) => createDbaasActivities(deps),
+  activities: (deps) => ({ ...createDbaasActivities(deps), ...createDbaasMoveActivities(deps) }),
   workflows: 'workflows/dbaas',
   seed: ({ db, providers, keyring }) => seedDbaas(db, providers, keyring),
   config: ['DBAAS_BACKEND', 'DBAAS_DATA_DIR', 'DBAAS_ADDRESS_RANGE', 'DBAAS_KEEPER_INTERVAL'],

@@ -31,6 +31,7 @@ export const dbaasBackend = defineBackend<'dbaas', DbInstancesAdapter>({
         return serviceOfInstance(args[0] as string);
       },
       localServices: async (instances: DbInstancesAdapter) => (await instances.instanceNames()).map(serviceOfInstance),
+      moveWorkflow: 'dbaasMoveWorkflow',
     },
   },
 });

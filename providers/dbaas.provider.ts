@@ -178,4 +178,15 @@ export interface DbaasProvider {
 
   /** How often a running backup is worth polling. */
   readonly pollIntervalMs: number;
+
+  /**
+   * Moving an instance to another host (docs/hosts.md "Moving"), where the backend's instances live
+   * on hosts (the simulator's do not, and has none of these): `freeze` restarts the server reachable
+   * by the control plane only, `thaw` restarts it normally, `readBackup` streams a completed backup,
+   * `restoreDump` replays one into a fresh instance.
+   */
+  freeze?(id: string): Promise<void>;
+  thaw?(id: string): Promise<void>;
+  readBackup?(id: string, backupId: string): Promise<AsyncIterable<Buffer>>;
+  restoreDump?(id: string, dump: AsyncIterable<Buffer>): Promise<void>;
 }

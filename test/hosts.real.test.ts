@@ -7,6 +7,7 @@ import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import { seedOrders } from '../db/seeds/orders.seed';
 import { createService } from './helpers/fixtures';
+import { connectClient } from './dbaas.instances.support';
 import { startHostAgent, type HostAgentHandle } from './helpers/hosts';
 import { startStack, type Stack } from './helpers/stack';
 import { freePort } from './lb.contract';
@@ -48,8 +49,8 @@ async function newBalancer(label: string): Promise<{ id: string; serviceId: numb
   return svc;
 }
 
-async function newDatabase(): Promise<{ id: string; serviceId: number }> {
-  const svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product: 'dbaas-postgres-s' });
+async function newDatabase(product = 'dbaas-postgres-s'): Promise<{ id: string; serviceId: number }> {
+  const svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product });
   const attached = await stack.http.post(`/_dev/dbaas/${svc.id}/instance`, { body: {} });
   expect(attached.status, attached.text).toBe(200);
   return svc;
@@ -233,9 +234,53 @@ describe('two host agents on one machine', () => {
     expect(await lbDir('h2').balancerIds()).not.toContain(lbB.serviceId);
     expect(await lbDir('h1').balancerIds()).toContain(lbB.serviceId);
 
-    // Refusals say why: a family that cannot move, a host that does not serve it, one that does not exist.
-    await expect(startMove(moves, dbD.serviceId, 'h1')).rejects.toThrow(/dbaas servers cannot move between hosts/);
+    // Refusals say why: a host that does not exist, the host it is on.
     await expect(startMove(moves, lbB.serviceId, 'nope')).rejects.toThrow(/no host nope/);
     await expect(startMove(moves, lbB.serviceId, 'h1')).rejects.toThrow(/on h1 already/);
   });
+
+  for (const engine of ['postgresql', 'mysql'] as const) {
+    it(`moving a ${engine} instance carries its databases, rows and users (same passwords) to the other host, at a new address`, async () => {
+      const svc = engine === 'postgresql' ? dbD : await newDatabase('dbaas-mysql-s');
+      const token = stack.owner.key;
+      const base = `/v1/dbaas/${svc.id}`;
+      const from = await hostOf(svc.id);
+      const to = from === 'h1' ? 'h2' : 'h1';
+      const admin = (await stack.http.post(`${base}/credentials`, { token })).body.password as string;
+      const user = await stack.http.post(`${base}/users`, { token, body: { username: 'mover', password: 'Moved-pass-123456' } });
+      expect(user.status, user.text).toBe(201);
+      expect((await stack.http.post(`${base}/databases`, { token, body: { name: 'moved' } })).status).toBe(201);
+      const before = (await stack.http.get(`${base}/connection`, { token })).body;
+      const session = await connectClient(engine, { host: before.host, port: before.port, ca: before.ca_certificate }, 'admin', admin, 'moved');
+      await session.query('create table t (n int)');
+      await session.query('insert into t values (1), (2), (3)');
+      await session.close();
+
+      const started = await startMove({ db: stack.db, temporal: stack.api.deps.temporal, hosts: stack.api.deps.providers.hosts }, svc.serviceId, to);
+      const result = await stack.temporal!.client.workflow.getHandle(started.workflowId).result();
+      expect(result).toMatchObject({ from, to });
+      expect(result.bytes).toBeGreaterThan(0);
+
+      expect(await hostOf(svc.id)).toBe(to);
+      const after = (await stack.http.get(`${base}/connection`, { token })).body;
+      const range = (to === 'h1' ? stack.config.DBAAS_ADDRESS_RANGE : h2.config.DBAAS_ADDRESS_RANGE).split('.').slice(0, 3);
+      expect(after.host.split('.').slice(0, 3)).toEqual(range);
+      const moved = await connectClient(engine, { host: after.host, port: after.port, ca: after.ca_certificate }, 'admin', admin, 'moved');
+      expect((await moved.query('select count(*) as n from t')).map((r) => Number((r as { n: unknown }).n))).toEqual([3]);
+      await moved.close();
+      const mover = await connectClient(
+        engine,
+        { host: after.host, port: after.port, ca: after.ca_certificate },
+        'mover',
+        'Moved-pass-123456',
+        engine === 'postgresql' ? 'postgres' : undefined,
+      );
+      await mover.close();
+      // The old copy is gone from the old host; the API serves the instance where it is now.
+      expect((await dbDir(from as 'h1' | 'h2').instanceNames()).some((n) => n.startsWith(`svc-${svc.serviceId}-`))).toBe(false);
+      expect((await dbDir(to).instanceNames()).some((n) => n.startsWith(`svc-${svc.serviceId}-`))).toBe(true);
+      expect((await stack.http.get(`${base}/databases`, { token })).body.data.map((d: { name: string }) => d.name)).toContain('moved');
+      expect(Number((await stack.db('host_transfers').count('* as n').first())!.n)).toBe(0);
+    });
+  }
 });

@@ -40,6 +40,8 @@ interface Script {
   backupError?: Error;
   /** The host the resource is placed on (none by default), and whether it is down when asked. */
   host?: { name: string; down: boolean };
+  /** Makes dbaasImport refuse (a restore that fails on the new host). */
+  importFails?: boolean;
 }
 const traces = new Map<string, Trace>();
 const scripts = new Map<string, Script>();
@@ -94,6 +96,37 @@ const stubs = withBackendErrors({
   async dbaasAwaitBackup({ backupId }: { instance: string; backupId: string }) {
     call(`await backup ${backupId}`);
     return { backup_id: backupId, status: 'completed', size_bytes: 4096, created_at: '2025-01-01T00:00:00.000Z' };
+  },
+  // A database instance's move, from host hx to host hx (one stub host serves both ends).
+  async dbaasMovePlan() {
+    return { from: 'hx', to: 'hx', instance: 'pg-1' };
+  },
+  async dbaasFreeze() {
+    call('freeze');
+  },
+  async dbaasThaw() {
+    call('thaw');
+  },
+  async dbaasExport() {
+    call('export');
+    return { bytes: 100, databases: ['app'] };
+  },
+  async dbaasImport() {
+    call('import');
+    if (current().script.importFails) throw new BackendRefusedError('dbaas', 'The dump could not be restored: syntax error', 'restore_failed');
+    return { host: '127.0.0.9', port: 5432, database: 'postgres', username: 'admin', tlsMode: 'verify-full', caCertificate: 'CA' };
+  },
+  async dbaasDiscard() {
+    call('discard');
+  },
+  async dbaasSwitchHost() {
+    call('switch');
+  },
+  async dbaasDestroyHere() {
+    call('destroy old');
+  },
+  async dbaasDropTransfer() {
+    call('drop transfer');
   },
   async testCall(name: string) {
     call(name);
@@ -158,6 +191,26 @@ describe('vps.power on stubs', () => {
     const trace = await run('vpsPowerWorkflow', { serviceId: 1, vmid: 101, action: 'stop' });
     expect(trace.calls).toEqual(['issue stop', 'await UPID:stop', 'state stopped']);
     expect(trace.transitions.map((t) => t.progress)).toEqual([0, 100]);
+  });
+});
+
+describe('a database instance’s move on stubs', () => {
+  it('freezes, dumps and destroys on the old host, builds on the new one, switches in between', async () => {
+    const trace = await run('dbaasMoveWorkflow', { serviceId: 1, to: 'hx' });
+    expect(trace.calls).toEqual(['freeze @host-hx', 'export @host-hx', 'import @host-hx', 'switch', 'drop transfer', 'destroy old @host-hx']);
+  });
+
+  it('a restore that fails leaves the instance where it was, serving again, and nothing on the new host', async () => {
+    const handle = await start('dbaasMoveWorkflow', { serviceId: 1, to: 'hx' }, { importFails: true });
+    await expect(handle.result()).rejects.toBeInstanceOf(WorkflowFailedError);
+    expect(traces.get(handle.workflowId)!.calls).toEqual([
+      'freeze @host-hx',
+      'export @host-hx',
+      'import @host-hx',
+      'discard @host-hx',
+      'thaw @host-hx',
+      'drop transfer',
+    ]);
   });
 });
 

@@ -13,6 +13,7 @@ import * as rateLimits from './20261124001400_rate_limits';
 import * as operationsUnfinished from './20261125000500_operations_unfinished';
 import * as operationsStart from './20261125000600_operations_start';
 import * as hosts from './20261125000700_hosts';
+import * as hostTransfers from './20261125000800_host_transfers';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -38,6 +39,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261125000500_operations_unfinished', operationsUnfinished],
   ['20261125000600_operations_start', operationsStart],
   ['20261125000700_hosts', hosts],
+  ['20261125000800_host_transfers', hostTransfers],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

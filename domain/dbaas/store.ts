@@ -90,7 +90,8 @@ async function claimInstance(db: Knex, keyring: Keyring, serviceId: number, engi
   return (await findInstance(db, serviceId))!;
 }
 
-async function recordConnection(db: Knex, serviceId: number, info: DbConnectionInfo): Promise<void> {
+/** Records how clients reach the instance of a service (after its build, or its move to another host). */
+export async function recordConnection(db: Knex, serviceId: number, info: DbConnectionInfo): Promise<void> {
   await db('dbaas_instances')
     .where({ service_id: serviceId })
     .update({

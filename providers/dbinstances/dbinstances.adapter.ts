@@ -43,7 +43,7 @@ import {
   withFileLock,
   type Account,
 } from './system';
-import { ensureReachable, makeDirectory, readTenantFile, TenantFileError } from '../local-server';
+import { ensureReachable, makeDirectory, openTenantFile, readTenantFile, run, TenantFileError } from '../local-server';
 import { ensureCertificateAuthority, issueServerCertificate, readCaCertificate } from './tls';
 
 const BACKEND = 'dbaas';
@@ -285,6 +285,72 @@ export class DbInstancesAdapter implements DbaasProvider {
     await withFileLock(inst.paths.lock, async () => {
       await this.setDesired(inst, 'running');
       await driver.restart(inst).catch((err) => unavailable(err, id));
+    });
+  }
+
+  // ---- moving to another host (docs/hosts.md "Moving") -------------------------------------------
+
+  /**
+   * Restarts the server on its private socket only: every session ends and no client reaches it
+   * until `thaw`, while the control plane still can (a move's dump then misses no write).
+   */
+  async freeze(id: string): Promise<void> {
+    const { inst, driver } = await this.load(id);
+    await withFileLock(inst.paths.lock, async () => {
+      await driver.stop(inst).catch((err) => unavailable(err, id));
+      await driver.start(inst, { privateOnly: true }).catch((err) => unavailable(err, id));
+    });
+  }
+
+  /** Restarts a frozen server as it normally runs (clients reach it again). */
+  async thaw(id: string): Promise<void> {
+    const { inst, driver } = await this.load(id);
+    await withFileLock(inst.paths.lock, async () => {
+      await this.setDesired(inst, 'running');
+      await driver.stop(inst).catch((err) => unavailable(err, id));
+      await driver.start(inst).catch((err) => unavailable(err, id));
+    });
+  }
+
+  /** The file of a completed backup, in chunks (never through a link the server's account planted). */
+  async readBackup(id: string, backupId: string, chunkBytes = 1024 * 1024): Promise<AsyncIterable<Buffer>> {
+    const { inst } = await this.load(id);
+    if (!/^[0-9TZ]+-[0-9a-f]{6}$/.test(backupId)) throw new BackendGoneError(BACKEND, `backup ${backupId}`);
+    const handle = await openTenantFile(path.join(inst.paths.backups, `${backupId}.sql`), 'read').catch(() => {
+      throw new BackendGoneError(BACKEND, `backup ${backupId}`);
+    });
+    return (async function* () {
+      try {
+        for (let position = 0; ;) {
+          const buf = Buffer.alloc(chunkBytes);
+          const { bytesRead } = await handle.read(buf, 0, chunkBytes, position);
+          if (bytesRead === 0) return;
+          position += bytesRead;
+          yield buf.subarray(0, bytesRead);
+        }
+      } finally {
+        await handle.close();
+      }
+    })();
+  }
+
+  /**
+   * Replays a dump (of `startBackup`, from another host's instance) into this instance with the
+   * engine's client, as the superuser over the private socket. A client that fails is a refusal
+   * (`restore_failed`, the end of its output), not an outage: the same dump fails the same way.
+   */
+  async restoreDump(id: string, dump: AsyncIterable<Buffer>): Promise<void> {
+    const { inst, driver } = await this.answering(id);
+    const restore = await driver.restoreCommand(inst);
+    await run(restore.command, restore.args, {
+      as: restore.asAccount ? await driver.account(inst) : undefined,
+      cwd: inst.paths.dir,
+      env: { PATH: process.env.PATH, LANG: 'C.UTF-8', TZ: 'UTC' },
+      input: dump,
+      timeoutMs: 6 * 3_600_000,
+    }).catch((err) => {
+      if (err instanceof CommandError) throw new BackendRefusedError(BACKEND, `The dump could not be restored: ${err.detail}`, 'restore_failed');
+      throw err;
     });
   }
 

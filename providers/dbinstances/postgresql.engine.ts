@@ -183,9 +183,10 @@ export class PostgresEngine implements EngineDriver {
     return pid !== null && processAlive(pid, 'postgres');
   }
 
-  async start(inst: Instance): Promise<void> {
+  async start(inst: Instance, opts: { privateOnly?: boolean } = {}): Promise<void> {
     if (await this.isRunning(inst)) return;
-    await run(this.bin('pg_ctl'), ['start', '-D', inst.paths.data, '-l', this.logPath(inst), '-w', '-t', String(START_TIMEOUT_S), '-s'], {
+    const only = opts.privateOnly ? ['-o', "-c listen_addresses=''"] : [];
+    await run(this.bin('pg_ctl'), ['start', '-D', inst.paths.data, '-l', this.logPath(inst), '-w', '-t', String(START_TIMEOUT_S), '-s', ...only], {
       as: await this.account(inst),
       detached: true,
       timeoutMs: (START_TIMEOUT_S + 10) * 1000,
@@ -441,5 +442,16 @@ export class PostgresEngine implements EngineDriver {
     // Roles and every database, as SQL that psql replays into an empty cluster. pg_dumpall reads
     // the database names itself: no name from the engine or the customer is ever an argument.
     return { command: this.bin('pg_dumpall'), args: ['-h', inst.paths.run, '-p', String(inst.rec.port), '-U', SUPERUSER, '--no-password'] };
+  }
+
+  async restoreCommand(inst: Instance): Promise<DumpCommand & { asAccount: boolean }> {
+    // psql as the superuser over the private socket, as the instance's account; no psqlrc. Statements
+    // that meet what the fresh instance has already (the superuser and admin roles) fail and the
+    // rest goes on; the caller checks the databases arrived.
+    return {
+      command: this.bin('psql'),
+      args: ['-X', '-q', '-h', inst.paths.run, '-p', String(inst.rec.port), '-U', SUPERUSER, '-d', 'postgres', '--no-password'],
+      asAccount: true,
+    };
   }
 }

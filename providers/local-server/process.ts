@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 /**
  * Processes of local servers: commands run to completion or started detached, liveness by pidfile
  * (guarded against a reused pid), stopping by pid, waiting, and a lock file shared by the processes
@@ -23,6 +24,8 @@ export interface RunOptions {
    * group, so a Ctrl-C on the API or worker does not reach it.
    */
   detached?: boolean;
+  /** What the command reads on standard input (a dump to restore), streamed; none: stdin is closed. */
+  input?: AsyncIterable<Buffer>;
 }
 
 /** A command that exited non-zero; `detail` is the end of its output (never holds a secret: none is passed). */
@@ -48,8 +51,17 @@ export function run(command: string, args: string[], opts: RunOptions = {}): Pro
       env: opts.env ?? process.env,
       cwd: opts.cwd,
       detached: opts.detached ?? false,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [opts.input ? 'pipe' : 'ignore', 'pipe', 'pipe'],
     });
+    if (opts.input && child.stdin) {
+      const stdin = child.stdin;
+      const input = opts.input;
+      stdin.on('error', () => undefined); // a command that exits early closes its end: its exit code says why
+      void (async () => {
+        for await (const chunk of input) if (!stdin.write(chunk)) await once(stdin, 'drain');
+        stdin.end();
+      })().catch(() => child.kill('SIGKILL'));
+    }
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
@@ -57,8 +69,8 @@ export function run(command: string, args: string[], opts: RunOptions = {}): Pro
       size += chunk.length;
       if (size <= MAX_OUTPUT) into.push(chunk);
     };
-    child.stdout.on('data', collect(out));
-    child.stderr.on('data', collect(err));
+    child.stdout!.on('data', collect(out));
+    child.stderr!.on('data', collect(err));
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);
     child.once('error', (e) => {
       clearTimeout(timer);
