@@ -181,12 +181,9 @@ export interface DbaasProvider {
 
   /**
    * Moving an instance to another host (docs/hosts.md "Moving"), where the backend's instances live
-   * on hosts (the simulator's do not, and has none of these): `freeze` restarts the server reachable
-   * by the control plane only, `thaw` restarts it normally, `readBackup` streams a completed backup,
-   * `restoreDump` replays one into a fresh instance.
+   * on hosts (the simulator's do not, and has neither): `exportFiles` stops the instance and streams
+   * its files, `importFiles` puts them into an instance of the same name on the new host.
    */
-  freeze?(id: string): Promise<void>;
-  thaw?(id: string): Promise<void>;
-  readBackup?(id: string, backupId: string): Promise<AsyncIterable<Buffer>>;
-  restoreDump?(id: string, dump: AsyncIterable<Buffer>): Promise<void>;
+  exportFiles?(id: string): Promise<AsyncIterable<Buffer>>;
+  importFiles?(id: string, archive: AsyncIterable<Buffer>): Promise<void>;
 }

@@ -36,8 +36,8 @@ export interface HostDirectory {
   resourceObject(family: string): string;
   /** The workflow that moves a service of `family` to another host; null where the family cannot move. */
   moveWorkflow(family: string): string | null;
-  /** Where the server of a service lives, and whether that host is alive; null when it was never placed. */
-  locate(serviceId: number): Promise<{ host: string; status: HostStatus } | null>;
+  /** Where the server of a service lives, whether that host is alive, whether it is moving; null when it was never placed. */
+  locate(serviceId: number): Promise<{ host: string; status: HostStatus; moving: boolean } | null>;
 }
 
 export interface HostCallRequest {
@@ -82,6 +82,8 @@ export function routeToHosts<T extends object>(
           if (directory.self) return here(args);
           throw new BackendGoneError(family, `server of svc_${serviceId}`, `The server of svc_${serviceId} is not placed on any host.`);
         }
+        // A server being copied to another host takes no call (a change would be lost, a start would race the copy).
+        if (at.moving) throw new BackendUnavailableError(family, `svc_${serviceId} is moving from host ${at.host} to another`);
         if (at.host === directory.self) return here(args);
         if (at.status === 'down') throw new BackendUnavailableError(family, `host ${at.host} is down`);
         if (!caller) throw new BackendUnavailableError(family, `host ${at.host} cannot be reached from this process`);

@@ -101,20 +101,24 @@ const stubs = withBackendErrors({
   async dbaasMovePlan() {
     return { from: 'hx', to: 'hx', instance: 'pg-1' };
   },
-  async dbaasFreeze() {
-    call('freeze');
-  },
-  async dbaasThaw() {
-    call('thaw');
+  async dbaasDatabasesHere() {
+    call('list');
+    return ['app'];
   },
   async dbaasExport() {
     call('export');
-    return { bytes: 100, databases: ['app'] };
+    return { bytes: 100 };
   },
   async dbaasImport() {
     call('import');
-    if (current().script.importFails) throw new BackendRefusedError('dbaas', 'The dump could not be restored: syntax error', 'restore_failed');
+    if (current().script.importFails) throw new BackendRefusedError('dbaas', "The instance's files could not be unpacked: tar: short read", 'import_failed');
     return { host: '127.0.0.9', port: 5432, database: 'postgres', username: 'admin', tlsMode: 'verify-full', caCertificate: 'CA' };
+  },
+  async dbaasRestartHere() {
+    call('restart old');
+  },
+  async dbaasEndMove() {
+    call('end move');
   },
   async dbaasDiscard() {
     call('discard');
@@ -195,21 +199,22 @@ describe('vps.power on stubs', () => {
 });
 
 describe('a database instance’s move on stubs', () => {
-  it('freezes, dumps and destroys on the old host, builds on the new one, switches in between', async () => {
+  it('lists and copies on the old host, builds on the new one, switches, then destroys the old copy', async () => {
     const trace = await run('dbaasMoveWorkflow', { serviceId: 1, to: 'hx' });
-    expect(trace.calls).toEqual(['freeze @host-hx', 'export @host-hx', 'import @host-hx', 'switch', 'drop transfer', 'destroy old @host-hx']);
+    expect(trace.calls).toEqual(['list @host-hx', 'export @host-hx', 'import @host-hx', 'switch', 'drop transfer', 'destroy old @host-hx']);
   });
 
-  it('a restore that fails leaves the instance where it was, serving again, and nothing on the new host', async () => {
+  it('an import that fails starts the instance again where it was, ends the move, and leaves nothing on the new host', async () => {
     const handle = await start('dbaasMoveWorkflow', { serviceId: 1, to: 'hx' }, { importFails: true });
     await expect(handle.result()).rejects.toBeInstanceOf(WorkflowFailedError);
     expect(traces.get(handle.workflowId)!.calls).toEqual([
-      'freeze @host-hx',
+      'list @host-hx',
       'export @host-hx',
       'import @host-hx',
-      'discard @host-hx',
-      'thaw @host-hx',
+      'restart old @host-hx',
+      'end move',
       'drop transfer',
+      'discard @host-hx',
     ]);
   });
 });

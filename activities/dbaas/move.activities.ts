@@ -2,7 +2,8 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
 import type { Logger } from '../../common/logger';
-import { leastLoadedHost, movePlacement, placementOf } from '../../domain/hosts/registry';
+import { beginMove, endMove, leastLoadedHost, movePlacement, placementOf } from '../../domain/hosts/registry';
+import { BackendGoneError } from '../../providers/errors';
 import { adminPassword, findInstance, recordConnection } from '../../domain/dbaas/store';
 import type { Providers } from '../../providers';
 import type { DbaasProvider } from '../../providers/dbaas.provider';
@@ -16,18 +17,29 @@ export interface DbaasMovePlan {
 
 const CHUNK_ROWS_PER_READ = 8;
 
+/** How clients reach the instance on its new host (no secret: the CA certificate is public). */
+export interface MovedConnection {
+  host: string;
+  port: number;
+  database: string | null;
+  username: string;
+  tlsMode: 'verify-full';
+  caCertificate: string;
+}
+
 /**
- * Activities of a database instance's move to another host (docs/hosts.md "Moving"): freeze the
- * instance on its host (no client reaches it, so the dump misses no write), dump it there into
- * `host_transfers`, build the same instance on the new host and replay the dump, check every database
- * arrived, switch placement and connection details, destroy the old copy. Each runs on the host it
- * names, on that host's own adapter (`providers.local`): the placement says the other host while
- * they run. Each is idempotent (a key per move for the dump, chunks replaced, create by name).
+ * Activities of a database instance's move to another host (docs/hosts.md "Moving"): mark it moving
+ * (calls about it answer 503 from then on), stop it on its host and copy its files (data and
+ * backups) into `host_transfers`, build the same instance on the new host and put the files in,
+ * check every database arrived, switch placement and connection details, destroy the old copy. Each
+ * runs on the host it names, on that host's own adapter (`providers.local`): the placement says the
+ * other host while they run. Each is idempotent (chunks replaced, instances made by name, files
+ * replaced whole).
  */
 export function createDbaasMoveActivities({ db, providers, keyring, logger }: { db: Knex; providers: Providers; keyring: Keyring; logger: Logger }) {
   const local = (): Required<DbaasProvider> => {
     const dbaas = providers.local.dbaas;
-    if (!dbaas?.freeze || !dbaas.thaw || !dbaas.readBackup || !dbaas.restoreDump)
+    if (!dbaas?.exportFiles || !dbaas.importFiles)
       throw ApplicationFailure.nonRetryable('this worker is not the agent of a host that runs database instances', 'NotAHost');
     return dbaas as Required<DbaasProvider>;
   };
@@ -38,8 +50,7 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
       // Outside an activity (a direct call): nothing to beat.
     }
   };
-
-  /** Runs `fn` while beating every second (an instance's build or a restore says nothing for seconds). */
+  /** Runs `fn` while beating every second (an instance's build says nothing for seconds). */
   const beating = async <T>(what: string, fn: () => Promise<T>): Promise<T> => {
     const timer = setInterval(() => heartbeat(what), 1_000);
     try {
@@ -48,71 +59,62 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
       clearInterval(timer);
     }
   };
+  const build = async (serviceId: number) => {
+    const row = await findInstance(db, serviceId);
+    if (!row) throw ApplicationFailure.nonRetryable(`svc_${serviceId} has no database instance any more`, 'Gone');
+    await beating('building', () =>
+      local().createInstance({
+        name: row.instance,
+        serviceId,
+        engine: row.engine,
+        adminUsername: row.admin_username,
+        adminPassword: adminPassword(keyring, row),
+      }),
+    );
+    return row;
+  };
 
   return {
-    /** Where the instance is, where it goes (`to`, or the host placement would choose now, its own left out). */
+    /**
+     * Where the instance is and where it goes (`to`, or the host placement would choose now, its own
+     * left out), and marks it moving: refused while another move of it runs.
+     */
     async dbaasMovePlan(input: { serviceId: number; to?: string | null }): Promise<DbaasMovePlan> {
       const placement = await placementOf(db, input.serviceId);
       const row = await findInstance(db, input.serviceId);
       if (!placement || !row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance placed on a host`, 'NotPlaced');
       const to = input.to ?? (await leastLoadedHost(db, 'dbaas', [placement.host]));
       if (!to) throw ApplicationFailure.nonRetryable('no other host that serves dbaas is up, undrained and has room', 'NoHost');
+      if (placement.moving_to !== to && !(await beginMove(db, input.serviceId, to)))
+        throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is already moving to ${placement.moving_to}`, 'AlreadyMoving');
       return { from: placement.host, to, instance: row.instance };
     },
 
-    /** On the old host: the server restarted on its private socket only (every session ends). */
-    async dbaasFreeze(input: { instance: string }): Promise<void> {
-      await local().freeze(input.instance);
+    /** On the old host: the databases it holds, for the check on the new host (it must answer to move). */
+    async dbaasDatabasesHere(input: { instance: string }): Promise<string[]> {
+      return (await local().listDatabases(input.instance)).map((d) => d.name).sort();
     },
 
-    /** On the old host: the server restarted as it normally runs (a move that did not complete). */
-    async dbaasThaw(input: { instance: string }): Promise<void> {
-      await local().thaw(input.instance);
-    },
-
-    /**
-     * On the old host: a dump of the whole instance (the backup tool, key `move:<transfer>`), into
-     * `host_transfers` in order. Returns its size and the databases it holds, for the import's check.
-     */
-    async dbaasExport(input: { instance: string; transferId: string }): Promise<{ bytes: number; databases: string[] }> {
+    /** On the old host: its server stopped, and its files, as a tar, into `host_transfers` in order. */
+    async dbaasExport(input: { instance: string; transferId: string }): Promise<{ bytes: number }> {
       const dbaas = local();
-      const started = await dbaas.startBackup(input.instance, `move:${input.transferId}`);
-      for (;;) {
-        const backup = (await dbaas.listBackups(input.instance)).find((b) => b.id === started.id);
-        if (backup?.status === 'completed') break;
-        if (!backup || backup.status === 'failed') throw ApplicationFailure.nonRetryable(`the dump of ${input.instance} did not complete`, 'DumpFailed');
-        heartbeat('dumping');
-        await new Promise((r) => setTimeout(r, dbaas.pollIntervalMs));
-      }
       await db('host_transfers').where({ transfer_id: input.transferId }).delete();
       let seq = 0;
       let bytes = 0;
-      for await (const chunk of await dbaas.readBackup(input.instance, started.id)) {
+      for await (const chunk of await dbaas.exportFiles(input.instance)) {
         await db('host_transfers').insert({ transfer_id: input.transferId, seq: seq++, data: chunk });
         bytes += chunk.length;
         heartbeat({ bytes });
       }
-      const databases = (await dbaas.listDatabases(input.instance)).map((d) => d.name).sort();
-      return { bytes, databases };
+      return { bytes };
     },
 
     /**
-     * On the new host: the same instance (name, engine, admin password), the dump replayed into it,
-     * checked to hold every database the old one had. Returns how clients reach it here.
+     * On the new host: the same instance (name, engine, admin password) with the old one's files,
+     * started, checked to hold every database the old one had. Returns how clients reach it here.
      */
-    async dbaasImport(input: { serviceId: number; transferId: string; databases: string[] }) {
-      const dbaas = local();
-      const row = await findInstance(db, input.serviceId);
-      if (!row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance any more`, 'Gone');
-      await beating('building', () =>
-        dbaas.createInstance({
-          name: row.instance,
-          serviceId: input.serviceId,
-          engine: row.engine,
-          adminUsername: row.admin_username,
-          adminPassword: adminPassword(keyring, row),
-        }),
-      );
+    async dbaasImport(input: { serviceId: number; transferId: string; databases: string[] }): Promise<MovedConnection> {
+      const row = await build(input.serviceId);
       async function* chunks(): AsyncIterable<Buffer> {
         for (let from = 0; ; from += CHUNK_ROWS_PER_READ) {
           const rows: Array<{ data: Buffer }> = await db('host_transfers')
@@ -122,16 +124,28 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
             .orderBy('seq')
             .select('data');
           for (const r of rows) yield r.data;
-          heartbeat({ restored: from });
+          heartbeat({ imported: from });
           if (rows.length < CHUNK_ROWS_PER_READ) return;
         }
       }
-      await beating('restoring', () => dbaas.restoreDump(row.instance, chunks()));
-      const here = new Set((await dbaas.listDatabases(row.instance)).map((d) => d.name));
+      await beating('importing', () => local().importFiles(row.instance, chunks()));
+      // Started again with this host's configuration; the admin's password and the platform's own
+      // accounts set as this control plane keeps them.
+      await build(input.serviceId);
+      const here = new Set((await local().listDatabases(row.instance)).map((d) => d.name));
       const missing = input.databases.filter((name) => !here.has(name));
-      if (missing.length) throw ApplicationFailure.nonRetryable(`the restore on this host lacks ${missing.join(', ')}`, 'RestoreIncomplete');
-      const info = await dbaas.connectionInfo(row.instance);
+      if (missing.length) throw ApplicationFailure.nonRetryable(`the copy on this host lacks ${missing.join(', ')}`, 'CopyIncomplete');
+      const info = await local().connectionInfo(row.instance);
       return { host: info.host, port: info.port, database: info.database, username: info.username, tlsMode: info.tlsMode, caCertificate: info.caCertificate };
+    },
+
+    /** On the old host: its server started again (a move that did not complete; gone is fine). */
+    async dbaasRestartHere(input: { instance: string }): Promise<void> {
+      await local()
+        .startInstance(input.instance)
+        .catch((err: unknown) => {
+          if (!(err instanceof BackendGoneError)) throw err;
+        });
     },
 
     /** On the new host: its copy destroyed (a move that did not complete). */
@@ -139,18 +153,19 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
       await local().destroyInstance(input.instance);
     },
 
-    /** The placement, the connection details and the service's address, pointed at the new host. */
-    async dbaasSwitchHost(input: {
-      serviceId: number;
-      to: string;
-      connection: { host: string; port: number; database: string | null; username: string; tlsMode: 'verify-full'; caCertificate: string };
-    }): Promise<void> {
+    /** The placement (which ends the move), the connection details and the service's address, pointed at the new host. */
+    async dbaasSwitchHost(input: { serviceId: number; to: string; connection: MovedConnection }): Promise<void> {
       await db.transaction(async (trx) => {
         await movePlacement(trx, input.serviceId, input.to);
         await recordConnection(trx, input.serviceId, input.connection);
         await trx('services').where({ id: input.serviceId }).update({ primary_ip: input.connection.host });
       });
       logger.info({ service: `svc_${input.serviceId}`, host: input.to, address: input.connection.host }, 'database instance moved');
+    },
+
+    /** A move that did not complete: the server stays where it is placed, and takes calls again. */
+    async dbaasEndMove(input: { serviceId: number }): Promise<void> {
+      await endMove(db, input.serviceId);
     },
 
     /** On the old host: its copy destroyed, data and backups with it. */

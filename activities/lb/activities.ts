@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
-import { leastLoadedHost, movePlacement, placementOf } from '../../domain/hosts/registry';
+import { beginMove, endMove, leastLoadedHost, movePlacement, placementOf } from '../../domain/hosts/registry';
 import { findBalancer, lockBalancer, storeAddress } from '../../domain/lb/store';
 import type { Providers } from '../../providers';
 import type { LbListener, LbProvider } from '../../providers/lb.provider';
@@ -32,7 +32,15 @@ export function createLbActivities({ db, providers, logger }: { db: Knex; provid
       if (!placement || !balancer) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no balancer placed on a host`, 'NotPlaced');
       const to = input.to ?? (await leastLoadedHost(db, 'lb', [placement.host]));
       if (!to) throw ApplicationFailure.nonRetryable('no other host that serves lb is up, undrained and has room', 'NoHost');
+      // Marked moving: listener changes answer 503 until the switch (or the end of a move that failed).
+      if (placement.moving_to !== to && !(await beginMove(db, input.serviceId, to)))
+        throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is already moving to ${placement.moving_to}`, 'AlreadyMoving');
       return { from: placement.host, to, listeners: balancer.listeners };
+    },
+
+    /** A move that did not complete: the balancer stays where it is placed, and takes changes again. */
+    async lbEndMove(input: { serviceId: number }): Promise<void> {
+      await endMove(db, input.serviceId);
     },
 
     /** On the new host: the balancer, running `listeners`; its address there. */

@@ -33,9 +33,9 @@ export class HostPlacements implements HostDirectory {
     return [...this.placedFamilies.keys()];
   }
 
-  async locate(serviceId: number): Promise<{ host: string; status: 'up' | 'down' | 'draining' } | null> {
+  async locate(serviceId: number): Promise<{ host: string; status: 'up' | 'down' | 'draining'; moving: boolean } | null> {
     const placement = await placementOf(this.db, serviceId);
-    return placement ? { host: placement.host, status: placement.status } : null;
+    return placement ? { host: placement.host, status: placement.status, moving: placement.moving_to !== null } : null;
   }
 }
 

@@ -13,9 +13,9 @@ export class MoveRefused extends Error {
 
 /**
  * Starts the move of a service's server to another host (`to`, or the one placement would choose),
- * through its family's move workflow (docs/hosts.md "Moving"), with workflow id
- * `move-svc_<n>-to-<host|any>`: an operator finds it in the Temporal UI by the service id, and a
- * second move of the same service to the same place while one runs is refused by Temporal.
+ * through its family's move workflow (docs/hosts.md "Moving"), with workflow id `move-svc_<n>`: an
+ * operator finds it in the Temporal UI by the service id, and a second move of the same service while
+ * one runs is refused (by the placement's mark, and by Temporal for the id).
  */
 export async function startMove(
   deps: { db: Knex; temporal: TemporalGateway; hosts: HostDirectory },
@@ -30,10 +30,13 @@ export async function startMove(
     const host = await findHost(deps.db, to);
     if (!host) throw new MoveRefused(`no host ${to}`);
     if (!host.families.includes(placement.family)) throw new MoveRefused(`host ${to} does not serve ${placement.family}`);
-    if (host.status === 'down') throw new MoveRefused(`host ${to} is down`);
+    if (host.status !== 'up') throw new MoveRefused(`host ${to} is ${host.status}`);
+    if (host.placements.length >= host.capacity.resources) throw new MoveRefused(`host ${to} is full (${host.capacity.resources} resources)`);
     if (to === placement.host) throw new MoveRefused(`svc_${serviceId} is on ${to} already`);
   }
-  const workflowId = `move-svc_${serviceId}-to-${to ?? 'any'}`;
+  if (placement.moving_to) throw new MoveRefused(`svc_${serviceId} is already moving to ${placement.moving_to}`);
+  // One move of a service at a time: Temporal refuses a second run of this id while one runs.
+  const workflowId = `move-svc_${serviceId}`;
   await deps.temporal.client.workflow.start(workflow, {
     taskQueue: deps.temporal.taskQueue,
     workflowId,

@@ -101,14 +101,16 @@ export interface Placement {
   family: string;
   host: string;
   status: HostStatus;
+  /** The host its server is moving to, while it moves. */
+  moving_to: string | null;
 }
 
 export async function placementOf(db: Knex, serviceId: number): Promise<Placement | null> {
   const row = await db('placements')
     .join('hosts', 'hosts.name', 'placements.host')
     .where({ 'placements.service_id': serviceId })
-    .first('placements.service_id', 'placements.family', 'placements.host', db.raw(`${STATUS_SQL} as status`));
-  return row ? { service_id: Number(row.service_id), family: row.family, host: row.host, status: row.status } : null;
+    .first('placements.service_id', 'placements.family', 'placements.host', 'placements.moving_to', db.raw(`${STATUS_SQL} as status`));
+  return row ? { service_id: Number(row.service_id), family: row.family, host: row.host, status: row.status, moving_to: row.moving_to } : null;
 }
 
 /** No host can take a service of the family now (none serves it, all are down, drained or full). */
@@ -155,9 +157,22 @@ export async function adoptService(db: Knex, family: string, serviceId: number, 
   await db('placements').insert({ service_id: serviceId, family, host }).onConflict('service_id').ignore();
 }
 
-/** Moves a placement (the move workflow, once the server runs on `host`). */
+/**
+ * Marks a service's server as moving to `to` (a move's first step): false when another move of it
+ * runs. While marked, calls about it answer `503` (providers/host-routing.ts).
+ */
+export async function beginMove(db: Knex, serviceId: number, to: string): Promise<boolean> {
+  return (await db('placements').where({ service_id: serviceId }).whereNull('moving_to').update({ moving_to: to })) === 1;
+}
+
+/** Ends a move that did not complete: the server stays where it is placed. */
+export async function endMove(db: Knex, serviceId: number): Promise<void> {
+  await db('placements').where({ service_id: serviceId }).update({ moving_to: null });
+}
+
+/** Moves a placement (the move workflow, once the server runs on `host`), ending the move. */
 export async function movePlacement(db: Knex, serviceId: number, host: string): Promise<void> {
-  await db('placements').where({ service_id: serviceId }).update({ host, placed_at: db.fn.now() });
+  await db('placements').where({ service_id: serviceId }).update({ host, moving_to: null, placed_at: db.fn.now() });
 }
 
 export async function releasePlacement(db: Knex, serviceId: number): Promise<void> {

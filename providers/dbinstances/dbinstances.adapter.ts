@@ -43,7 +43,7 @@ import {
   withFileLock,
   type Account,
 } from './system';
-import { ensureReachable, makeDirectory, openTenantFile, readTenantFile, run, TenantFileError } from '../local-server';
+import { ensureReachable, makeDirectory, readTenantFile, run, streamOutput, TenantFileError } from '../local-server';
 import { ensureCertificateAuthority, issueServerCertificate, readCaCertificate } from './tls';
 
 const BACKEND = 'dbaas';
@@ -291,66 +291,46 @@ export class DbInstancesAdapter implements DbaasProvider {
   // ---- moving to another host (docs/hosts.md "Moving") -------------------------------------------
 
   /**
-   * Restarts the server on its private socket only: every session ends and no client reaches it
-   * until `thaw`, while the control plane still can (a move's dump then misses no write).
+   * The instance's files as a tar stream (`data/`, `backups/`), read as its own account once its
+   * server is stopped (and marked to stay stopped: no keeper starts it while it moves). The copy is
+   * of files, not SQL: nothing of the tenant's runs anywhere while it moves, and the new host's
+   * server of the same engine version opens them as they were (roles, passwords, rows, backups).
    */
-  async freeze(id: string): Promise<void> {
+  async exportFiles(id: string): Promise<AsyncIterable<Buffer>> {
+    await this.stopInstance(id);
     const { inst, driver } = await this.load(id);
-    await withFileLock(inst.paths.lock, async () => {
-      await driver.stop(inst).catch((err) => unavailable(err, id));
-      await driver.start(inst, { privateOnly: true }).catch((err) => unavailable(err, id));
-    });
-  }
-
-  /** Restarts a frozen server as it normally runs (clients reach it again). */
-  async thaw(id: string): Promise<void> {
-    const { inst, driver } = await this.load(id);
-    await withFileLock(inst.paths.lock, async () => {
-      await this.setDesired(inst, 'running');
-      await driver.stop(inst).catch((err) => unavailable(err, id));
-      await driver.start(inst).catch((err) => unavailable(err, id));
-    });
-  }
-
-  /** The file of a completed backup, in chunks (never through a link the server's account planted). */
-  async readBackup(id: string, backupId: string, chunkBytes = 1024 * 1024): Promise<AsyncIterable<Buffer>> {
-    const { inst } = await this.load(id);
-    if (!/^[0-9TZ]+-[0-9a-f]{6}$/.test(backupId)) throw new BackendGoneError(BACKEND, `backup ${backupId}`);
-    const handle = await openTenantFile(path.join(inst.paths.backups, `${backupId}.sql`), 'read').catch(() => {
-      throw new BackendGoneError(BACKEND, `backup ${backupId}`);
-    });
-    return (async function* () {
-      try {
-        for (let position = 0; ;) {
-          const buf = Buffer.alloc(chunkBytes);
-          const { bytesRead } = await handle.read(buf, 0, chunkBytes, position);
-          if (bytesRead === 0) return;
-          position += bytesRead;
-          yield buf.subarray(0, bytesRead);
-        }
-      } finally {
-        await handle.close();
-      }
-    })();
+    const account = await driver.account(inst);
+    // `cwd`, not `-C`: the account may pass through its instance's directory but not open it.
+    return streamOutput('tar', ['-cf', '-', '--', 'data', 'backups'], { as: account, cwd: inst.paths.dir, env: { PATH: process.env.PATH, LANG: 'C' } });
   }
 
   /**
-   * Replays a dump (of `startBackup`, from another host's instance) into this instance with the
-   * engine's client, as the superuser over the private socket. A client that fails is a refusal
-   * (`restore_failed`, the end of its output), not an outage: the same dump fails the same way.
+   * Replaces this instance's data and backups with another instance's files (a stream of
+   * `exportFiles`), keeping the files of its data directory that belong to this host (its
+   * configuration); extracted as its own account, so nothing in the archive reaches outside its
+   * directories. The server stays stopped: `createInstance` of the same name starts it and resets
+   * the admin's password and the platform's accounts.
    */
-  async restoreDump(id: string, dump: AsyncIterable<Buffer>): Promise<void> {
-    const { inst, driver } = await this.answering(id);
-    const restore = await driver.restoreCommand(inst);
-    await run(restore.command, restore.args, {
-      as: restore.asAccount ? await driver.account(inst) : undefined,
-      cwd: inst.paths.dir,
-      env: { PATH: process.env.PATH, LANG: 'C.UTF-8', TZ: 'UTC' },
-      input: dump,
-      timeoutMs: 6 * 3_600_000,
-    }).catch((err) => {
-      if (err instanceof CommandError) throw new BackendRefusedError(BACKEND, `The dump could not be restored: ${err.detail}`, 'restore_failed');
-      throw err;
+  async importFiles(id: string, archive: AsyncIterable<Buffer>): Promise<void> {
+    const { inst, driver } = await this.load(id);
+    await withFileLock(inst.paths.lock, async () => {
+      await this.setDesired(inst, 'stopped');
+      await driver.stop(inst).catch((err) => unavailable(err, id));
+      for (const entry of await fs.readdir(inst.paths.data)) {
+        if (!driver.hostFilesOfData.includes(entry)) await fs.rm(path.join(inst.paths.data, entry), { recursive: true, force: true });
+      }
+      for (const entry of await fs.readdir(inst.paths.backups)) await fs.rm(path.join(inst.paths.backups, entry), { recursive: true, force: true });
+      const exclude = driver.hostFilesOfData.map((file) => `--exclude=data/${file}`);
+      await run('tar', ['-xf', '-', '--no-same-owner', '--no-overwrite-dir', ...exclude], {
+        as: await driver.account(inst),
+        cwd: inst.paths.dir,
+        env: { PATH: process.env.PATH, LANG: 'C' },
+        input: archive,
+        timeoutMs: 6 * 3_600_000,
+      }).catch((err) => {
+        if (err instanceof CommandError) throw new BackendRefusedError(BACKEND, `The instance's files could not be unpacked: ${err.detail}`, 'import_failed');
+        throw err;
+      });
     });
   }
 

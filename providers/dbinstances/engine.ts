@@ -91,11 +91,8 @@ export interface EngineDriver {
   initialize(inst: Instance, tls: { certFile: string; keyFile: string }): Promise<void>;
   /** Whether the server process of the pidfile is alive (it may still be starting). */
   isRunning(inst: Instance): Promise<boolean>;
-  /**
-   * Starts the server detached from this process; resolves once it accepts connections. `privateOnly`:
-   * on its private socket only, so no client but the control plane reaches it (a move's dump).
-   */
-  start(inst: Instance, opts?: { privateOnly?: boolean }): Promise<void>;
+  /** Starts the server detached from this process; resolves once it accepts connections. */
+  start(inst: Instance): Promise<void>;
   /** Stops the server, ending every connection; resolves once the process is gone. */
   stop(inst: Instance): Promise<void>;
   /** Stops and starts the server. */
@@ -119,8 +116,11 @@ export interface EngineDriver {
    */
   parseLog(lines: string[]): DbLogEntry[];
   dumpCommand(inst: Instance): Promise<DumpCommand>;
-  /** A command that replays a dump of `dumpCommand` from standard input into this (fresh) instance. */
-  restoreCommand(inst: Instance): Promise<DumpCommand & { asAccount: boolean }>;
+  /**
+   * Files of the data directory that belong to the host it is on (its addresses, ports, certificate
+   * paths, who may log in over its socket): a move copies every other file and keeps these.
+   */
+  readonly hostFilesOfData: readonly string[];
 }
 
 /** Where clients reach an instance (and the one address its certificate names). */

@@ -112,6 +112,8 @@ const literalPattern = (name: string) => name.replace(/[\\_%]/g, (ch) => `\\${ch
 export class MariaDbEngine implements EngineDriver {
   readonly engine = 'mysql' as const;
   readonly defaultDatabase = null;
+  // Its configuration lives outside the data directory (root's .cnf): every file of the data moves.
+  readonly hostFilesOfData: readonly string[] = [];
 
   account(inst: Instance): Promise<Account> {
     return instanceAccount(inst, 'mysql');
@@ -208,11 +210,11 @@ export class MariaDbEngine implements EngineDriver {
     }
   }
 
-  async start(inst: Instance, opts: { privateOnly?: boolean } = {}): Promise<void> {
+  async start(inst: Instance): Promise<void> {
     if ((await this.isRunning(inst)) && (await this.answers(inst))) return;
     const account = await this.account(inst);
     const server = await findBinary('mariadbd', 'mysqld');
-    const pid = await spawnDetached(server, [`--defaults-file=${this.cnf(inst)}`, ...(opts.privateOnly ? ['--skip-networking'] : [])], {
+    const pid = await spawnDetached(server, [`--defaults-file=${this.cnf(inst)}`], {
       as: account,
       env: { PATH: process.env.PATH, TZ: 'UTC', LANG: 'C.UTF-8' },
       cwd: inst.paths.dir,
@@ -561,12 +563,5 @@ export class MariaDbEngine implements EngineDriver {
     // `--` ends the options: whatever follows is a database name, never an option.
     if (databases.length) args.push('--databases', '--', ...databases);
     return { command: await findBinary('mariadb-dump', 'mysqldump'), args };
-  }
-
-  async restoreCommand(inst: Instance): Promise<DumpCommand & { asAccount: boolean }> {
-    // root@localhost over the private socket (unix_socket: this process is root), in sandbox mode:
-    // the client refuses every command that reaches the file system or a shell, whatever the dump
-    // holds. The first error stops it (the dump creates with IF NOT EXISTS and INSERT IGNORE).
-    return { command: await findBinary('mariadb', 'mysql'), args: ['--sandbox', '--batch', `--socket=${this.socket(inst)}`, '--user=root'], asAccount: false };
   }
 }

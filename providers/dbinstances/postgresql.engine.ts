@@ -104,6 +104,8 @@ const DETAIL_TAGS = new Set(['DETAIL', 'HINT', 'CONTEXT', 'STATEMENT', 'QUERY', 
 export class PostgresEngine implements EngineDriver {
   readonly engine = 'postgresql' as const;
   readonly defaultDatabase = 'postgres';
+  // initialize() writes these with this host's address, port, socket, certificate and OS accounts.
+  readonly hostFilesOfData = ['postgresql.conf', 'postgresql.auto.conf', 'pg_hba.conf', 'pg_ident.conf', 'postmaster.pid', 'postmaster.opts'];
 
   constructor(private readonly binDir: string = installedPostgresBinDir()) {}
 
@@ -183,10 +185,9 @@ export class PostgresEngine implements EngineDriver {
     return pid !== null && processAlive(pid, 'postgres');
   }
 
-  async start(inst: Instance, opts: { privateOnly?: boolean } = {}): Promise<void> {
+  async start(inst: Instance): Promise<void> {
     if (await this.isRunning(inst)) return;
-    const only = opts.privateOnly ? ['-o', "-c listen_addresses=''"] : [];
-    await run(this.bin('pg_ctl'), ['start', '-D', inst.paths.data, '-l', this.logPath(inst), '-w', '-t', String(START_TIMEOUT_S), '-s', ...only], {
+    await run(this.bin('pg_ctl'), ['start', '-D', inst.paths.data, '-l', this.logPath(inst), '-w', '-t', String(START_TIMEOUT_S), '-s'], {
       as: await this.account(inst),
       detached: true,
       timeoutMs: (START_TIMEOUT_S + 10) * 1000,
@@ -442,16 +443,5 @@ export class PostgresEngine implements EngineDriver {
     // Roles and every database, as SQL that psql replays into an empty cluster. pg_dumpall reads
     // the database names itself: no name from the engine or the customer is ever an argument.
     return { command: this.bin('pg_dumpall'), args: ['-h', inst.paths.run, '-p', String(inst.rec.port), '-U', SUPERUSER, '--no-password'] };
-  }
-
-  async restoreCommand(inst: Instance): Promise<DumpCommand & { asAccount: boolean }> {
-    // psql as the superuser over the private socket, as the instance's account; no psqlrc. Statements
-    // that meet what the fresh instance has already (the superuser and admin roles) fail and the
-    // rest goes on; the caller checks the databases arrived.
-    return {
-      command: this.bin('psql'),
-      args: ['-X', '-q', '-h', inst.paths.run, '-p', String(inst.rec.port), '-U', SUPERUSER, '-d', 'postgres', '--no-password'],
-      asAccount: true,
-    };
   }
 }

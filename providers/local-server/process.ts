@@ -88,6 +88,30 @@ export function run(command: string, args: string[], opts: RunOptions = {}): Pro
 }
 
 /**
+ * Runs a command and yields its standard output as it comes (a tar of a directory); after the last
+ * chunk, throws CommandError if it exited non-zero. Stopping the iteration early kills it.
+ */
+export async function* streamOutput(command: string, args: string[], opts: RunOptions = {}): AsyncIterable<Buffer> {
+  const child = spawn(command, args, { ...asIds(opts.as), env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  const err: Buffer[] = [];
+  child.stderr!.on('data', (chunk: Buffer) => err.length < 64 && err.push(chunk));
+  const exited = new Promise<number | null>((resolve, reject) => {
+    child.once('error', (e) => reject(new CommandError(path.basename(command), null, e.message)));
+    child.once('close', resolve);
+  });
+  let finished = false;
+  try {
+    for await (const chunk of child.stdout!) yield chunk as Buffer;
+    const code = await exited;
+    finished = true;
+    if (code !== 0)
+      throw new CommandError(path.basename(command), code, Buffer.concat(err).toString('utf8').trim().split('\n').slice(-4).join(' | ') || 'no output');
+  } finally {
+    if (!finished) child.kill('SIGKILL');
+  }
+}
+
+/**
  * Starts a command in its own session, detached from this process: it outlives the API or worker
  * (and a Ctrl-C sent to their process group). Output goes to `outputFile` when given.
  */

@@ -1,3 +1,4 @@
+import { CancellationScope } from '@temporalio/workflow';
 import type { LbActivities } from '../../activities/lb/activities';
 import { familyActivities } from '../kit/proxies';
 import { familyActivitiesOnHost } from '../kit/hosts';
@@ -20,7 +21,8 @@ const MAX_ROUNDS = 5;
 
 /**
  * `lbMoveWorkflow`, an operator's move of a load balancer to another host (docs/hosts.md "Moving"),
- * started by `npm run hosts -- move svc_<n>` with workflow id `move-svc_<n>-to-<host>`: builds the
+ * started by `npm run hosts -- move svc_<n>` with workflow id `move-svc_<n>`: marks it moving (listener
+ * changes answer 503 until the switch), builds the
  * balancer on the new host from its stored listeners, switches the placement and the address (the
  * new host's range: clients follow the service's new `primary_ip`), then destroys the old copy on
  * the old host, waiting for that host if it is down.
@@ -28,14 +30,28 @@ const MAX_ROUNDS = 5;
 export async function lbMoveWorkflow(input: LbMoveInput): Promise<LbMoveResult> {
   let plan = await bookkeeping.lbMovePlan(input);
   if (plan.from === plan.to) return { from: plan.from, to: plan.to, address: '' };
-  for (let round = 1; ; round++) {
-    const { address } = await familyActivitiesOnHost<LbActivities>(plan.to).calls.lbBuildHere({ serviceId: input.serviceId, listeners: plan.listeners });
-    const { switched } = await bookkeeping.lbSwitchHost({ serviceId: input.serviceId, to: plan.to, address, listeners: plan.listeners });
-    if (switched) {
-      await familyActivitiesOnHost<LbActivities>(plan.from).bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
-      return { from: plan.from, to: plan.to, address };
+  const from = familyActivitiesOnHost<LbActivities>(plan.from);
+  const to = familyActivitiesOnHost<LbActivities>(plan.to);
+  let switched = false;
+  try {
+    for (let round = 1; ; round++) {
+      const { address } = await to.calls.lbBuildHere({ serviceId: input.serviceId, listeners: plan.listeners });
+      ({ switched } = await bookkeeping.lbSwitchHost({ serviceId: input.serviceId, to: plan.to, address, listeners: plan.listeners }));
+      if (switched) {
+        await CancellationScope.nonCancellable(() => from.bookkeeping.lbDestroyHere({ serviceId: input.serviceId }));
+        return { from: plan.from, to: plan.to, address };
+      }
+      if (round >= MAX_ROUNDS) throw new Error(`the listeners of svc_${input.serviceId} kept changing during the move; it stays on ${plan.from}`);
+      plan = { ...(await bookkeeping.lbMovePlan({ serviceId: input.serviceId, to: plan.to })), from: plan.from };
     }
-    if (round >= MAX_ROUNDS) throw new Error(`the listeners of svc_${input.serviceId} kept changing during the move; it stays on ${plan.from}`);
-    plan = { ...(await bookkeeping.lbMovePlan({ serviceId: input.serviceId, to: plan.to })), from: plan.from };
+  } catch (err) {
+    if (!switched) {
+      // Stays where it was, taking changes again; the new host keeps no copy.
+      await CancellationScope.nonCancellable(async () => {
+        await bookkeeping.lbEndMove({ serviceId: input.serviceId });
+        await to.bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
+      });
+    }
+    throw err;
   }
 }
