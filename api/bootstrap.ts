@@ -49,7 +49,7 @@ export async function createApi(
     options.temporalClient,
   );
   // The API is no host: calls about a server go to its host (docs/hosts.md).
-  const providers = createProviders({ db, config, host: options.host, caller: hostCallerOf(temporal, config.HOST_CALL_TIMEOUT) }, families);
+  const providers = createProviders({ db, config, host: options.host, caller: hostCallerOf(temporal, config.HOST_CALL_TIMEOUT, keyring) }, families);
   const deps: AppDeps = {
     config,
     db,

@@ -42,6 +42,7 @@ import { LbProvisioner } from '../domain/lb/provisioner';
 import { provisionTargetOf } from '../domain/provisioning';
 import { createProviders } from '../families';
 import { hostCallerOf } from '../infra/host-calls';
+import { loadKeyring } from '../infra/master-key';
 import { SEARCH_ATTRIBUTES, TemporalGateway } from '../infra/temporal';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import type { LbListener } from '../providers/lb.provider';
@@ -197,10 +198,11 @@ async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }
     useSearchAttributes: apiConfig.TEMPORAL_SEARCH_ATTRIBUTES,
   });
   const hostTemporal = new TemporalGateway({ address: env.address, namespace: 'default', taskQueue, useSearchAttributes: true }, env.client);
-  const caller = hostCallerOf(apiTemporal, apiConfig.HOST_CALL_TIMEOUT);
+  const keyring = await loadKeyring(database.db, apiConfig.CLOUD_MASTER_KEY);
+  const caller = hostCallerOf(apiTemporal, apiConfig.HOST_CALL_TIMEOUT, keyring);
   const api = createProviders({ db: database.db, config: apiConfig, caller });
   // The host's own provider set, as createWorker builds it (placement = self: calls run here).
-  const local = createProviders({ db: database.db, config: hostConfig, host: HOST, caller: hostCallerOf(hostTemporal, hostConfig.HOST_CALL_TIMEOUT) });
+  const local = createProviders({ db: database.db, config: hostConfig, host: HOST, caller: hostCallerOf(hostTemporal, hostConfig.HOST_CALL_TIMEOUT, keyring) });
   const adapter = new HaproxyLbProvider({ dataDir: hostConfig.LB_DATA_DIR, bindAddress: lbBindAddress });
   try {
     if ((await hostStatus(database.db, HOST))?.status !== 'up') throw new Error(`host ${HOST} is not registered up`);

@@ -2,9 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import type { TypedSearchAttributes } from '@temporalio/common';
 import { hostQueue } from '../common/hosts';
+import type { Keyring } from '../common/crypto';
 import type { TemporalGateway } from './temporal';
 import { BackendUnavailableError } from '../providers/errors';
-import type { HostCaller, HostCallRequest } from '../providers/host-routing';
+import { HOST_CALL_PURPOSE, type HostCaller, type HostCallRequest, type SealedHostCall } from '../providers/host-routing';
 import { decodeError, decodeValue, encodeValue, type WireOutcome } from '../providers/host-wire';
 
 /** The workflow a host runs for one call (workflows/hosts/host-call.workflow.ts), by name: infra does not import workflows. */
@@ -22,24 +23,37 @@ export class TemporalHostCaller implements HostCaller {
     private readonly client: () => Client,
     private readonly options: {
       timeoutMs: number;
+      /** Seals the call's arguments (some are passwords): `keyring.encrypt(HOST_CALL_PURPOSE, ...)`. */
+      seal: (plaintext: string) => string;
       searchAttributes?: (request: HostCallRequest) => TypedSearchAttributes | undefined;
     },
   ) {}
 
   async call(host: string, request: HostCallRequest): Promise<unknown> {
     const workflowId = `host-call-${host}-${request.family}.${request.method}-svc_${request.serviceId}-${randomBytes(3).toString('hex')}`;
+    const { args, ...call } = request;
+    const input: SealedHostCall = { ...call, sealedArgs: this.options.seal(JSON.stringify(args.map(encodeValue))), timeoutMs: this.options.timeoutMs };
     let outcome: WireOutcome;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      outcome = await this.client().workflow.execute(HOST_CALL_WORKFLOW, {
+      // Bounded here too: a Temporal server that takes the start but never answers must not hold the request.
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new WorkflowFailedError('no answer', undefined, undefined)), this.options.timeoutMs + 2_000);
+      });
+      const execution = this.client().workflow.execute(HOST_CALL_WORKFLOW, {
         taskQueue: hostQueue(host),
         workflowId,
-        args: [{ ...request, args: request.args.map(encodeValue) }],
+        args: [input],
         workflowExecutionTimeout: this.options.timeoutMs,
         typedSearchAttributes: this.options.searchAttributes?.(request),
       });
+      execution.catch(() => undefined);
+      outcome = await Promise.race([execution, late]);
     } catch (err) {
       const why = err instanceof WorkflowFailedError ? `did not answer within ${this.options.timeoutMs} ms` : (err as Error).message;
       throw new BackendUnavailableError(request.family, `host ${host}: ${why}`);
+    } finally {
+      clearTimeout(timer);
     }
     if (outcome.ok) return decodeValue(outcome.value);
     throw decodeError(outcome.error);
@@ -47,9 +61,10 @@ export class TemporalHostCaller implements HostCaller {
 }
 
 /** The caller of a process (the API, a worker) over its Temporal gateway: HOST_CALL_TIMEOUT, search attributes naming the service. */
-export function hostCallerOf(temporal: TemporalGateway, timeoutMs: number): TemporalHostCaller {
+export function hostCallerOf(temporal: TemporalGateway, timeoutMs: number, keyring: Keyring): TemporalHostCaller {
   return new TemporalHostCaller(() => temporal.client, {
     timeoutMs,
+    seal: (plaintext) => keyring.encrypt(HOST_CALL_PURPOSE, plaintext),
     searchAttributes: (call) =>
       temporal.searchAttributes({ operationType: `host.${call.family}.${call.method}`, accountId: null, resourceId: `svc_${call.serviceId}` }),
   });

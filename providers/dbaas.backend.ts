@@ -32,6 +32,11 @@ export const dbaasBackend = defineBackend<'dbaas', DbInstancesAdapter>({
       },
       localServices: async (instances: DbInstancesAdapter) => (await instances.instanceNames()).map(serviceOfInstance),
       moveWorkflow: 'dbaasMoveWorkflow',
+      calls: [
+        ...['createInstance', 'startInstance', 'stopInstance', 'restartInstance', 'destroyInstance', 'status', 'connectionInfo'],
+        ...['listDatabases', 'createDatabase', 'deleteDatabase', 'listUsers', 'createUser', 'deleteUser', 'setPassword'],
+        ...['logs', 'stats', 'startBackup', 'listBackups', 'resumeInstances'],
+      ],
     },
   },
 });

@@ -24,6 +24,8 @@ export interface HostPlacedBackend<P = unknown> {
   localServices(adapter: P): Promise<number[]>;
   /** The workflow that moves a service's server to another host, where the family can (docs/hosts.md "Moving"). */
   moveWorkflow?: string;
+  /** The provider's methods calls may go through (its interface): no other method runs through the router, here or on a host. */
+  calls: readonly string[];
 }
 
 /** The host registry, as the providers see it (domain/hosts/directory.ts implements it). */
@@ -51,6 +53,13 @@ export interface HostCallRequest {
   serviceId: number;
 }
 
+/**
+ * A host call as it travels (the `hostCallWorkflow`'s input): the arguments sealed with the master
+ * key (`HOST_CALL_PURPOSE`), since some are passwords and workflow inputs stay in Temporal's history.
+ */
+export type SealedHostCall = Omit<HostCallRequest, 'args'> & { sealedArgs: string; timeoutMs: number };
+export const HOST_CALL_PURPOSE = 'host-call-arguments';
+
 /** Runs a provider call on a host and returns its (decoded) value or throws its (decoded) error. */
 export interface HostCaller {
   call(host: string, request: HostCallRequest): Promise<unknown>;
@@ -72,6 +81,7 @@ export function routeToHosts<T extends object>(
       if (typeof value !== 'function' || prop === 'constructor' || typeof prop !== 'string') return value;
       const here = (args: unknown[]) => (value as (...a: unknown[]) => unknown).apply(target, args);
       return async (...args: unknown[]) => {
+        if (!placed.calls.includes(prop)) throw new Error(`${family}.${prop} is not a call of its provider`);
         const serviceId = placed.serviceOf(prop, args);
         if (serviceId === 'host') {
           if (!directory.self) throw new Error(`${family}.${prop} runs on a host agent only`);

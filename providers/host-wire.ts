@@ -1,3 +1,4 @@
+import { isConnectionFailure } from '../db/errors';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from './errors';
 
 /**
@@ -35,12 +36,14 @@ export function decodeValue(value: unknown): unknown {
   return value;
 }
 
-export function encodeError(err: unknown): WireError {
+export function encodeError(err: unknown, family: string): WireError {
   if (err instanceof BackendUnavailableError) {
     return { kind: 'unavailable', backend: err.backend, ...(err.detail ? { detail: err.detail } : {}), ...(err.subject ? { subject: err.subject } : {}) };
   }
   if (err instanceof BackendRefusedError) return { kind: 'refused', backend: err.backend, message: err.message, code: err.code, param: err.param };
   if (err instanceof BackendGoneError) return { kind: 'gone', backend: err.backend, what: err.what, message: err.message };
+  // The control plane's database not answering on the host (its placement lookup): an outage there, not a bug.
+  if (isConnectionFailure(err)) return { kind: 'unavailable', backend: family, detail: `the host's database connection failed: ${(err as Error).message}` };
   return { kind: 'error', message: err instanceof Error ? err.message : String(err) };
 }
 

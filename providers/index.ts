@@ -43,6 +43,8 @@ export interface Providers extends FamilyProviders {
    * destroys after it no longer does). Only the agent of a host uses them.
    */
   local: Partial<FamilyProviders>;
+  /** The providers calls may reach through a host, by key, with their family (`{ lb: 'lb' }`). */
+  hostCallKeys: Record<string, string>;
 }
 
 /** How this process reaches hosts: the registry, and the caller for the hosts it is not (null: none reachable). */
@@ -81,6 +83,7 @@ export function buildProviders(
   const built: Record<string, unknown> = {};
   const localServers: Providers['localServers'] = [];
   const local: Record<string, unknown> = {};
+  const hostCallKeys: Record<string, string> = {};
   for (const backend of backends) {
     if (backend.key in built) throw new Error(`Two backends claim providers.${String(backend.key)}`);
     const real = backend.real?.selected(config) ? backend.real : null;
@@ -90,6 +93,7 @@ export function buildProviders(
       const placed = real.placed;
       localServers.push({ family: backend.family, services: () => placed.localServices(provider) });
       local[backend.key] = withOutageSwitch(provider as object, switchboard, backend.family);
+      hostCallKeys[String(backend.key)] = backend.family;
     }
     const routed =
       real?.placed && hosts.directory.places(backend.family)
@@ -107,6 +111,7 @@ export function buildProviders(
     hosts: hosts.directory,
     localServers,
     local: local as Partial<FamilyProviders>,
+    hostCallKeys,
   };
 }
 

@@ -24,6 +24,7 @@ export const lbBackend = defineBackend<'lb', HaproxyLbProvider>({
       serviceOf: (_method, args) => args[0] as number,
       localServices: (adapter) => adapter.balancerIds(),
       moveWorkflow: 'lbMoveWorkflow',
+      calls: ['create', 'start', 'apply', 'listeners', 'status', 'stats', 'stop', 'destroy'],
     },
   },
 });

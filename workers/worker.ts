@@ -93,7 +93,7 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   // This process is the agent of HOST_NAME: the servers placed there run here; calls about servers
   // placed elsewhere go to their host (infra/host-calls.ts).
   const host = config.HOST_NAME;
-  const providers = createProviders({ db, config, host, caller: hostCallerOf(temporal, config.HOST_CALL_TIMEOUT) }, input.families);
+  const providers = createProviders({ db, config, host, caller: hostCallerOf(temporal, config.HOST_CALL_TIMEOUT, keyring) }, input.families);
   const activityDeps = { config, db, logger, keyring, providers, operations, temporal };
   const activities = {
     ...createActivities(activityDeps, input.families),

@@ -6,7 +6,8 @@ import { provisionTargetOf } from '../../domain/provisioning';
 import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
 import type { Providers } from '../../providers';
-import type { HostCallRequest } from '../../providers/host-routing';
+import { HOST_CALL_PURPOSE, type SealedHostCall } from '../../providers/host-routing';
+import type { Keyring } from '../../common/crypto';
 import { decodeValue, encodeError, encodeValue, type WireOutcome } from '../../providers/host-wire';
 
 /** What a workflow learns of a host before it sends work there. */
@@ -20,26 +21,27 @@ export interface HostAvailability {
  * Activities of hosts and placement (docs/hosts.md): the call a host makes on its own servers for
  * a `hostCallWorkflow`, and what workflows ask before they route work to a host.
  */
-export function createHostActivities({ db, providers, logger }: { db: Knex; providers: Providers; logger: Logger }) {
+export function createHostActivities({ db, providers, logger, keyring }: { db: Knex; providers: Providers; logger: Logger; keyring: Keyring }) {
   return {
     /**
      * Runs one provider call on this host's own servers (the local activity of `hostCallWorkflow`).
      * Its outcome is returned, never thrown, so a refusal reaches the caller as the same error.
      */
-    async hostProviderCall(request: HostCallRequest): Promise<WireOutcome> {
-      const provider = (providers as unknown as Record<string, Record<string, unknown>>)[request.key];
-      const method = provider?.[request.method];
-      if (!providers.hosts.places(request.family) || typeof method !== 'function' || request.method.startsWith('_')) {
-        return { ok: false, error: { kind: 'error', message: `${request.key}.${request.method} is not a call this host takes` } };
+    async hostProviderCall(call: SealedHostCall): Promise<WireOutcome> {
+      // Only the providers whose servers run on hosts, and (through their router) only their interface's methods.
+      if (providers.hostCallKeys[call.key] !== call.family) {
+        return { ok: false, error: { kind: 'error', message: `${call.key}.${call.method} is not a call this host takes` } };
       }
+      const provider = (providers as unknown as Record<string, Record<string, unknown>>)[call.key];
       try {
-        const value = await (method as (...a: unknown[]) => Promise<unknown>).apply(provider, request.args.map(decodeValue));
+        const args = (JSON.parse(keyring.decrypt(HOST_CALL_PURPOSE, call.sealedArgs)) as unknown[]).map(decodeValue);
+        const method = provider[call.method];
+        if (typeof method !== 'function') throw new Error(`${call.key}.${call.method} is not a call this host takes`);
+        const value = await (method as (...a: unknown[]) => Promise<unknown>).apply(provider, args);
         return { ok: true, value: encodeValue(value) };
       } catch (err) {
-        const error = encodeError(err);
-        if (error.kind === 'error') {
-          logger.error({ err, call: `${request.key}.${request.method}`, service: `svc_${request.serviceId}` }, 'host call failed');
-        }
+        const error = encodeError(err, call.family);
+        if (error.kind === 'error') logger.error({ err, call: `${call.key}.${call.method}`, service: `svc_${call.serviceId}` }, 'host call failed');
         return { ok: false, error };
       }
     },
