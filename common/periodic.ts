@@ -1,3 +1,10 @@
+/** A loop that lives beside the worker (workers/background.ts): started before it polls, stopped after it drains. */
+export interface BackgroundService {
+  name: string;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
 /**
  * A loop that runs beside the worker (workers/background.ts): `pass()` every `intervalMs`, one pass
  * at a time (a pass that overruns delays the next instead of overlapping it), and once at start

@@ -1,4 +1,5 @@
 import type { ActivityDeps } from '../activities/deps';
+import type { BackgroundService } from '../common/periodic';
 import type { AnyRoute } from '../api/route';
 import type { Config } from '../common/config';
 import type { Keyring } from '../common/crypto';
@@ -35,6 +36,11 @@ export interface FamilyManifest {
    * checks the two agree.
    */
   readonly workflows?: string;
+  /**
+   * Its keepers (`domain/<family>/keeper.ts`): loops beside the worker that keep its servers running
+   * (after a host restart, after a crash), each only its own host's when its servers run on hosts.
+   */
+  readonly keepers?: (deps: ActivityDeps) => readonly BackgroundService[];
   /** Demo data for `npm start` (`db/seeds/<family>.seed.ts`): its seeded services get their backend resources. Idempotent. */
   readonly seed?: (ctx: FamilySeedContext) => Promise<void>;
   /** The settings it reads (declared in common/config.ts, described in docs/configuration.md, which a test checks). */

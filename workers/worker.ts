@@ -122,5 +122,5 @@ export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   const hostWorker = serves.length > 0 ? await Worker.create({ ...common, taskQueue: hostQueue(host) }) : null;
   const agent = serves.length > 0 ? new HostAgent({ db, logger, local: providers.localServers, registration }) : null;
   // The host registers before anything else runs: placements may choose it once it polls.
-  return { worker: new AgentWorkers(shared, hostWorker), background: [...(agent ? [agent] : []), ...createBackgroundServices(activityDeps)] };
+  return { worker: new AgentWorkers(shared, hostWorker), background: [...(agent ? [agent] : []), ...createBackgroundServices(activityDeps, input.families)] };
 }
