@@ -1,3 +1,4 @@
+import { WorkflowFailedError } from '@temporalio/client';
 import { loadConfig } from '../common/config';
 import { parseNumericId } from '../common/ids';
 import { createDb } from '../db/knex';
@@ -66,6 +67,10 @@ async function main(): Promise<number> {
         } catch (err) {
           if (err instanceof MoveRefused) {
             console.error(err.message);
+            return 1;
+          }
+          if (err instanceof WorkflowFailedError) {
+            console.error(`the move failed, and what it had done was undone: ${err.cause?.message ?? err.message}`);
             return 1;
           }
           throw err;

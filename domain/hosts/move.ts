@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { TemporalGateway } from '../../infra/temporal';
 import type { HostDirectory } from '../../providers/host-routing';
-import { findHost, placementOf } from './registry';
+import { findHost, leastLoadedHost, placementOf } from './registry';
 
 /** A move that cannot start: said to the operator as is. */
 export class MoveRefused extends Error {
@@ -34,6 +34,8 @@ export async function startMove(
     if (host.placements.length >= host.capacity.resources) throw new MoveRefused(`host ${to} is full (${host.capacity.resources} resources)`);
     if (to === placement.host) throw new MoveRefused(`svc_${serviceId} is on ${to} already`);
   }
+  if (to === undefined && !(await leastLoadedHost(deps.db, placement.family, [placement.host])))
+    throw new MoveRefused(`no other host that serves ${placement.family} is up, undrained and has room`);
   if (placement.moving_to) throw new MoveRefused(`svc_${serviceId} is already moving to ${placement.moving_to}`);
   // One move of a service at a time: Temporal refuses a second run of this id while one runs.
   const workflowId = `move-svc_${serviceId}`;
