@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createConnection, createServer } from 'node:net';
+import { hostname } from 'node:os';
 import path from 'node:path';
 import { defaultServerDataDir, loadConfig, type Config } from '../common/config';
 import { randomBase62 } from '../common/crypto';
@@ -10,6 +11,7 @@ import { seedDemo } from '../db/seeds';
 import { createProviders, placedFamilies } from '../families';
 import { hostRegistrationOf } from '../domain/hosts/agent';
 import { registerHost } from '../domain/hosts/registry';
+import { HOST_NAME_PATTERN } from '../common/hosts';
 import { loadKeyring } from '../infra/master-key';
 import { PowerDnsServer, stopPowerDnsServer } from '../providers/powerdns/powerdns.server';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
@@ -48,6 +50,9 @@ async function chooseLocalSettings(): Promise<string[]> {
   const ranges = checkoutRanges(root);
   if (unset('LB_BIND_ADDRESS')) env.LB_BIND_ADDRESS = ranges.lb;
   if (unset('DBAAS_ADDRESS_RANGE')) env.DBAAS_ADDRESS_RANGE = ranges.dbaas;
+  // The host this checkout's servers are placed on keeps its name when the machine's changes (a
+  // container's host name often does): the first run's, kept in .data/host-name.
+  if (unset('HOST_NAME')) env.HOST_NAME = localHostName();
   const moved: string[] = [];
   const usual = loadConfig(env);
   const move = async (what: string, name: string, host: string, port: number, set: (port: number) => string, opts: { udp?: boolean } = {}) => {
@@ -219,6 +224,21 @@ async function stopServers(): Promise<void> {
   }
 }
 
+/** The name of this checkout's host: the one `.data/host-name` keeps, else the machine's (kept there). */
+function localHostName(): string {
+  const file = path.join(dataDir, 'host-name');
+  const kept = existsSync(file) ? readFileSync(file, 'utf8').trim() : '';
+  if (HOST_NAME_PATTERN.test(kept)) return kept;
+  const name =
+    hostname()
+      .toLowerCase()
+      .replace(/[^a-z0-9.-]/g, '-')
+      .replace(/^[^a-z0-9]+/, '')
+      .slice(0, 63) || 'local';
+  writeFileSync(file, `${name}\n`);
+  return name;
+}
+
 let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
@@ -308,7 +328,7 @@ async function main() {
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
   DNS          ${dnsNote}
-  Servers      balancers in ${config.LB_BIND_ADDRESS}, database instances in ${config.DBAAS_ADDRESS_RANGE}
+  Servers      host ${config.HOST_NAME}: balancers in ${config.LB_BIND_ADDRESS}, database instances in ${config.DBAAS_ADDRESS_RANGE}
                data in ${path.dirname(path.resolve(config.LB_DATA_DIR))}${moved.map((line) => `\n  Moved        ${line}`).join('')}
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}

@@ -158,9 +158,14 @@ describe.skipIf(missing.length > 0)(`two checkouts' npm start on one machine${mi
     expect(second.apiUrl).not.toBe(first.apiUrl);
     for (const { apiUrl } of [first, second]) expect((await fetch(`${apiUrl}/readyz`)).status).toBe(200);
     // Each run's balancers and instances listen in ranges of its own.
-    const range = (out: string) => /Servers\s+balancers in (\S+), database instances in (\S+)/.exec(out)?.slice(1);
+    const range = (out: string) => /Servers\s+host \S+: balancers in (\S+), database instances in (\S+)/.exec(out)?.slice(1);
     expect(range(first.run.output())).toBeDefined();
     expect(range(first.run.output())).not.toEqual(range(second.run.output()));
+    // Each run is the agent of its checkout's host, whose name the checkout keeps (.data/host-name).
+    for (const { run } of [first, second]) {
+      const kept = readFileSync(path.join(run.checkout, '.data/host-name'), 'utf8').trim();
+      expect(run.output()).toContain(`Servers      host ${kept}: `);
+    }
     // Both seeds ran their servers: HAProxy, PostgreSQL, MariaDB, PowerDNS are up for each run.
     for (const { run } of [first, second]) {
       const mine = processesOf(run.checkout).join('\n');

@@ -55,9 +55,17 @@ export class HostAgent extends PeriodicService {
       const ids = await services();
       if (ids.length === 0) continue;
       const known: Array<{ id: string }> = await this.deps.db('services').whereIn('id', ids).select('id');
-      const placed = new Set(
-        (await this.deps.db('placements').whereIn('service_id', ids).select('service_id')).map((r: { service_id: string }) => Number(r.service_id)),
-      );
+      const placements: Array<{ service_id: string; host: string }> = await this.deps.db('placements').whereIn('service_id', ids).select('service_id', 'host');
+      const placed = new Set(placements.map((r) => Number(r.service_id)));
+      const elsewhere = placements.filter((p) => p.host !== this.deps.registration.name).map((p) => `svc_${p.service_id} on ${p.host}`);
+      if (elsewhere.length > 0) {
+        // Servers here that the registry places on another host: a copy a move left behind while
+        // this host was down (its destroy is on its way), or this machine under another name.
+        this.deps.logger.warn(
+          { host: this.deps.registration.name, servers: elsewhere },
+          'servers in this host’s data directory are placed on other hosts; if this machine ran them under another name, start it with that HOST_NAME',
+        );
+      }
       for (const { id } of known) {
         if (placed.has(Number(id))) continue;
         await adoptService(this.deps.db, family, Number(id), this.deps.registration.name);
