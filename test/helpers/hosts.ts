@@ -6,10 +6,9 @@ import { NativeConnection } from '@temporalio/worker';
 import type { Config } from '../../common/config';
 import { DbInstancesAdapter } from '../../providers/dbinstances/dbinstances.adapter';
 import { HaproxyLbProvider } from '../../providers/haproxy/haproxy.adapter';
-import type { BackgroundService } from '../../workers/background';
-import { createWorker, type AgentWorkers } from '../../workers/worker';
 import type { Stack } from './stack';
 import { workflowBundle } from './temporal';
+import { restartableWorker } from './worker';
 
 /** A second host agent in the test's process: its own name, data directories and address ranges; the stack's database, namespace and queue. */
 export interface HostAgentHandle {
@@ -42,34 +41,20 @@ export async function startHostAgent(stack: Stack, name: string, overrides: Part
   // A connection of its own: one process may not poll a queue twice over one connection (what a
   // second machine would have anyway).
   const connection = await NativeConnection.connect({ address: stack.temporal!.address });
-  let worker: AgentWorkers | null = null;
-  let background: BackgroundService[] = [];
-  let running: Promise<void> | null = null;
+  const worker = restartableWorker(() => ({
+    config,
+    db: stack.db,
+    logger: stack.api.deps.logger,
+    connection,
+    temporalClient: stack.temporal!.client,
+    taskQueue: stack.taskQueue,
+    workflowBundle: workflowBundle(),
+  }));
   const handle: HostAgentHandle = {
     name,
     config,
-    async start() {
-      if (worker) return;
-      ({ worker, background } = await createWorker({
-        config,
-        db: stack.db,
-        logger: stack.api.deps.logger,
-        connection,
-        temporalClient: stack.temporal!.client,
-        taskQueue: stack.taskQueue,
-        workflowBundle: workflowBundle(),
-      }));
-      for (const service of background) await service.start();
-      running = worker!.run();
-    },
-    async stop() {
-      if (!worker) return;
-      worker.shutdown();
-      await running;
-      for (const service of background) await service.stop();
-      worker = null;
-      background = [];
-    },
+    start: () => worker.start(),
+    stop: () => worker.stop(),
     async close() {
       await handle.stop();
       await new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).destroyAll();

@@ -10,9 +10,8 @@ import { DbInstancesAdapter } from '../../providers/dbinstances/dbinstances.adap
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
-import { createWorker, type AgentWorkers } from '../../workers/worker';
-import type { BackgroundService } from '../../workers/background';
 import { createTestDatabase, type TestDatabase } from './db';
+import { restartableWorker } from './worker';
 import { createDevServerEnv, createTimeSkippingEnv, workflowBundle } from './temporal';
 import { httpClient, type HttpClient } from './http';
 import { createAccount, createApiKey, createSession, createUser } from './fixtures';
@@ -123,34 +122,19 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // The API listens on a port of its own, and the Temporal server too: webhook targets may not reach them.
   protectLocalPorts([(server.address() as AddressInfo).port, ...(temporal ? [Number(temporal.address.split(':').pop())] : [])]);
 
-  let worker: AgentWorkers | null = null;
-  let background: BackgroundService[] = [];
-  let running: Promise<void> | null = null;
-  const startWorker = async () => {
-    if (!temporal || worker) return;
-    ({ worker, background } = await createWorker({
-      config,
-      db: database.db,
-      logger,
-      connection: temporal.nativeConnection,
-      temporalClient: temporal.client,
-      taskQueue,
-      workflowBundle: workflowBundle(),
-      extraActivities: options.extraActivities,
-      families: options.families,
-    }));
-    for (const service of background) await service.start();
-    running = worker!.run();
-  };
-  const stopWorker = async () => {
-    if (!worker) return;
-    worker.shutdown();
-    await running;
-    for (const service of background) await service.stop();
-    worker = null;
-    background = [];
-    running = null;
-  };
+  const worker = restartableWorker(() => ({
+    config,
+    db: database.db,
+    logger,
+    connection: temporal!.nativeConnection,
+    temporalClient: temporal!.client,
+    taskQueue,
+    workflowBundle: workflowBundle(),
+    extraActivities: options.extraActivities,
+    families: options.families,
+  }));
+  const startWorker = async () => (temporal ? worker.start() : undefined);
+  const stopWorker = () => worker.stop();
   if (temporal && options.worker !== false) await startWorker();
 
   const { accountId } = await createAccount(database.db);
