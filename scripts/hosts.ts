@@ -1,7 +1,7 @@
 import { WorkflowFailedError } from '@temporalio/client';
-import { loadConfig } from '../common/config';
+import { loadConfig, type Config } from '../common/config';
 import { parseNumericId } from '../common/ids';
-import { createDb } from '../db/knex';
+import { createDb, type Db } from '../db/knex';
 import { HostPlacements } from '../domain/hosts/directory';
 import { MoveRefused, startMove } from '../domain/hosts/move';
 import { listHosts, setDraining } from '../domain/hosts/registry';
@@ -15,9 +15,10 @@ import { TemporalGateway } from '../infra/temporal';
  *   npm run hosts                      the hosts, their status and what is placed on them
  *   npm run hosts -- drain <host>      no new placements there (what it has stays and is served)
  *   npm run hosts -- undrain <host>
- *   npm run hosts -- move svc_<n> [<host>]   move a service's server (a balancer) to another host
+ *   npm run hosts -- move svc_<n> [<host>]   move a service's server to another host
+ *   npm run hosts -- evacuate <host>   drain it, then move everything it has, one at a time
  */
-const USAGE = 'usage: npm run hosts [-- list | drain <host> | undrain <host> | move svc_<n> [<host>]]';
+const USAGE = 'usage: npm run hosts [-- list | drain <host> | undrain <host> | move svc_<n> [<host>] | evacuate <host>]';
 
 async function main(): Promise<number> {
   const [command = 'list', ...args] = process.argv.slice(2);
@@ -51,38 +52,64 @@ async function main(): Promise<number> {
       case 'move': {
         const serviceId = args[0] ? parseNumericId('svc', args[0]) : null;
         if (serviceId === null || args.length > 2) break;
-        const temporal = new TemporalGateway({
-          address: config.TEMPORAL_ADDRESS,
-          namespace: config.TEMPORAL_NAMESPACE,
-          taskQueue: config.TEMPORAL_TASK_QUEUE,
-          useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-        });
-        try {
-          const hosts = new HostPlacements(db, null, placedFamilies(config));
-          const started = await startMove({ db, temporal, hosts }, serviceId, args[1]);
-          console.log(`moving svc_${serviceId} (${started.family}) away from ${started.from}: workflow ${started.workflowId} (Temporal UI)`);
-          const result = await temporal.client.workflow.getHandle(started.workflowId).result();
-          console.log(`svc_${serviceId} is on ${result.to} now${result.address ? `, at ${result.address}` : ''}`);
-          return 0;
-        } catch (err) {
-          if (err instanceof MoveRefused) {
-            console.error(err.message);
-            return 1;
-          }
-          if (err instanceof WorkflowFailedError) {
-            console.error(`the move failed, and what it had done was undone: ${err.cause?.message ?? err.message}`);
-            return 1;
-          }
-          throw err;
-        } finally {
-          await temporal.close();
+        return await withTemporal(config, (temporal) => move(db, config, temporal, serviceId, args[1]));
+      }
+      case 'evacuate': {
+        if (args.length !== 1) break;
+        const host = await setDraining(db, args[0], true);
+        if (!host) {
+          console.error(`no host ${args[0]}`);
+          return 1;
         }
+        console.log(`${host.name} is drained; moving its ${host.placements.length} resource(s), one at a time`);
+        return await withTemporal(config, async (temporal) => {
+          let failed = 0;
+          for (const p of host.placements) failed += await move(db, config, temporal, p.service_id);
+          console.log(failed ? `${failed} resource(s) stay on ${host.name}` : `${host.name} has nothing placed on it now`);
+          return failed ? 1 : 0;
+        });
       }
     }
     console.error(USAGE);
     return 2;
   } finally {
     await db.destroy();
+  }
+}
+
+async function withTemporal(config: Config, fn: (temporal: TemporalGateway) => Promise<number>): Promise<number> {
+  const temporal = new TemporalGateway({
+    address: config.TEMPORAL_ADDRESS,
+    namespace: config.TEMPORAL_NAMESPACE,
+    taskQueue: config.TEMPORAL_TASK_QUEUE,
+    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
+  });
+  try {
+    return await fn(temporal);
+  } finally {
+    await temporal.close();
+  }
+}
+
+/** Moves one service's server and waits for the move's end; 0 when it moved, 1 when it did not (said why). */
+async function move(db: Db, config: Config, temporal: TemporalGateway, serviceId: number, to?: string): Promise<number> {
+  try {
+    const hosts = new HostPlacements(db, null, placedFamilies(config));
+    const started = await startMove({ db, temporal, hosts }, serviceId, to);
+    console.log(`moving svc_${serviceId} (${started.family}) away from ${started.from}: workflow ${started.workflowId} (Temporal UI)`);
+    const result = await temporal.client.workflow.getHandle(started.workflowId).result();
+    console.log(`svc_${serviceId} is on ${result.to} now${result.address || result.host ? `, at ${result.address || result.host}` : ''}`);
+    return 0;
+  } catch (err) {
+    if (err instanceof MoveRefused) {
+      console.error(`svc_${serviceId}: ${err.message}`);
+      return 1;
+    }
+    if (err instanceof WorkflowFailedError) {
+      console.error(`svc_${serviceId}: the move failed, and what it had done was undone: ${err.cause?.message ?? err.message}`);
+      return 1;
+    }
+    throw err;
   }
 }
 

@@ -1,3 +1,6 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMove } from '../domain/hosts/move';
 import { balancersToRun } from '../domain/lb/store';
@@ -18,6 +21,8 @@ import { eventually, get, startBackend, type Backend } from './lb.support';
  * this process is `h2`, each with its own data directories and address ranges, one database and one
  * Temporal namespace between them. Real HAProxy balancers and PostgreSQL instances, placed on them.
  */
+const execFileAsync = promisify(execFile);
+const root = path.resolve(__dirname, '..');
 const FAST = { HOST_HEARTBEAT_INTERVAL: '250ms', LB_KEEPER_INTERVAL: '500ms', DBAAS_KEEPER_INTERVAL: '500ms' };
 
 let stack: Stack;
@@ -289,4 +294,34 @@ describe('two host agents on one machine', () => {
       expect(Number((await stack.db('host_transfers').count('* as n').first())!.n)).toBe(0);
     });
   }
+
+  it('npm run hosts lists the hosts, and evacuates one: drained, then everything on it moved, one at a time', async () => {
+    const hostsCommand = (...args: string[]) =>
+      execFileAsync(path.join(root, 'node_modules/.bin/tsx'), [path.join(root, 'scripts/hosts.ts'), ...args], {
+        cwd: root,
+        env: {
+          ...process.env,
+          DATABASE_URL: stack.database.url,
+          TEMPORAL_ADDRESS: stack.temporal!.address,
+          TEMPORAL_NAMESPACE: stack.config.TEMPORAL_NAMESPACE,
+          TEMPORAL_TASK_QUEUE: stack.taskQueue,
+          LOG_LEVEL: 'silent',
+        },
+        timeout: 120_000,
+      });
+    const listed = await hostsCommand();
+    expect(listed.stdout).toMatch(/^h1 {2}up {2}serves /m);
+    expect(listed.stdout).toMatch(/^h2 {2}up {2}serves /m);
+    const onH2 = (await hosts()).data.find((h) => h.name === 'h2')!.resources;
+    expect(onH2.length).toBeGreaterThan(0);
+
+    const evacuated = await hostsCommand('evacuate', 'h2');
+    expect(evacuated.stdout).toContain('h2 has nothing placed on it now');
+    const after = (await hosts()).data;
+    expect(after.find((h) => h.name === 'h2')).toMatchObject({ status: 'draining', resources: [] });
+    for (const r of onH2) expect(after.find((h) => h.name === 'h1')!.resources).toContainEqual(r);
+    expect(await lbDir('h2').balancerIds()).toEqual([]);
+    expect(await dbDir('h2').instanceNames()).toEqual([]);
+    await expect(hostsCommand('move', 'svc_1', 'nope')).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining('no host nope') });
+  });
 });
