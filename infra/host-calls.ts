@@ -5,7 +5,7 @@ import { hostQueue } from '../common/hosts';
 import type { Keyring } from '../common/crypto';
 import type { TemporalGateway } from './temporal';
 import { BackendUnavailableError } from '../providers/errors';
-import { HOST_CALL_PURPOSE, type HostCaller, type HostCallRequest, type SealedHostCall } from '../providers/host-routing';
+import { HOST_CALL_PURPOSE, type HostCallContent, type HostCaller, type HostCallRequest, type SealedHostCall } from '../providers/host-routing';
 import { decodeError, decodeValue, encodeValue, type WireOutcome } from '../providers/host-wire';
 
 /** The workflow a host runs for one call (workflows/hosts/host-call.workflow.ts), by name: infra does not import workflows. */
@@ -32,7 +32,8 @@ export class TemporalHostCaller implements HostCaller {
   async call(host: string, request: HostCallRequest): Promise<unknown> {
     const workflowId = `host-call-${host}-${request.family}.${request.method}-svc_${request.serviceId}-${randomBytes(3).toString('hex')}`;
     const { args, ...call } = request;
-    const input: SealedHostCall = { ...call, sealedArgs: this.options.seal(JSON.stringify(args.map(encodeValue))), timeoutMs: this.options.timeoutMs };
+    const content: HostCallContent = { ...call, args: args.map(encodeValue), expiresAt: Date.now() + this.options.timeoutMs };
+    const input: SealedHostCall = { ...call, sealed: this.options.seal(JSON.stringify(content)), timeoutMs: this.options.timeoutMs };
     let outcome: WireOutcome;
     let timer: NodeJS.Timeout | undefined;
     try {

@@ -182,8 +182,8 @@ export interface DbaasProvider {
   /**
    * Moving an instance to another host (docs/hosts.md "Moving"), where the backend's instances live
    * on hosts (the simulator's do not, and has neither): `exportFiles` stops the instance and streams
-   * its files, `importFiles` puts them into an instance of the same name on the new host.
+   * its files into `sink`, `importFiles` puts them into an instance of the same name on the new host.
    */
-  exportFiles?(id: string): Promise<AsyncIterable<Buffer>>;
+  exportFiles?(id: string, sink: (chunk: Buffer) => Promise<void>): Promise<number>;
   importFiles?(id: string, archive: AsyncIterable<Buffer>): Promise<void>;
 }

@@ -54,10 +54,21 @@ export interface HostCallRequest {
 }
 
 /**
- * A host call as it travels (the `hostCallWorkflow`'s input): the arguments sealed with the master
- * key (`HOST_CALL_PURPOSE`), since some are passwords and workflow inputs stay in Temporal's history.
+ * A host call as it travels (the `hostCallWorkflow`'s input): the whole call sealed with the master
+ * key (`HOST_CALL_PURPOSE`), since some arguments are passwords and workflow inputs stay in Temporal's
+ * history, with the time after which the host refuses it (a sealed call copied from a history cannot
+ * be sent again later, nor under another method: the host uses only what it unseals). The clear
+ * fields name the call for the workflow's id and the logs, nothing more.
  */
-export type SealedHostCall = Omit<HostCallRequest, 'args'> & { sealedArgs: string; timeoutMs: number };
+export type SealedHostCall = Omit<HostCallRequest, 'args'> & { sealed: string; timeoutMs: number };
+
+/** What `sealed` holds. */
+export interface HostCallContent extends Omit<HostCallRequest, 'args'> {
+  /** Encoded (providers/host-wire.ts). */
+  args: unknown[];
+  /** Epoch ms after which the host refuses the call. */
+  expiresAt: number;
+}
 export const HOST_CALL_PURPOSE = 'host-call-arguments';
 
 /** Runs a provider call on a host and returns its (decoded) value or throws its (decoded) error. */

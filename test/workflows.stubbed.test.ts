@@ -204,15 +204,15 @@ describe('a database instance’s move on stubs', () => {
     expect(trace.calls).toEqual(['list @host-hx', 'export @host-hx', 'import @host-hx', 'switch', 'drop transfer', 'destroy old @host-hx']);
   });
 
-  it('an import that fails starts the instance again where it was, ends the move, and leaves nothing on the new host', async () => {
+  it('an import that fails ends the move, starts the instance again where it was, and leaves nothing on the new host', async () => {
     const handle = await start('dbaasMoveWorkflow', { serviceId: 1, to: 'hx' }, { importFails: true });
     await expect(handle.result()).rejects.toBeInstanceOf(WorkflowFailedError);
     expect(traces.get(handle.workflowId)!.calls).toEqual([
       'list @host-hx',
       'export @host-hx',
       'import @host-hx',
-      'restart old @host-hx',
       'end move',
+      'restart old @host-hx',
       'drop transfer',
       'discard @host-hx',
     ]);

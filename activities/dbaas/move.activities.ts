@@ -83,8 +83,10 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
       const placement = await placementOf(db, input.serviceId);
       const row = await findInstance(db, input.serviceId);
       if (!placement || !row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance placed on a host`, 'NotPlaced');
-      const to = input.to ?? (await leastLoadedHost(db, 'dbaas', [placement.host]));
+      // A retried plan keeps the target the first attempt marked.
+      const to = input.to ?? placement.moving_to ?? (await leastLoadedHost(db, 'dbaas', [placement.host]));
       if (!to) throw ApplicationFailure.nonRetryable('no other host that serves dbaas is up, undrained and has room', 'NoHost');
+      if (to === placement.host) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is on ${to} already`, 'SameHost');
       if (placement.moving_to !== to && !(await beginMove(db, input.serviceId, to)))
         throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is already moving to ${placement.moving_to}`, 'AlreadyMoving');
       return { from: placement.host, to, instance: row.instance };
@@ -100,12 +102,12 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
       const dbaas = local();
       await db('host_transfers').where({ transfer_id: input.transferId }).delete();
       let seq = 0;
-      let bytes = 0;
-      for await (const chunk of await dbaas.exportFiles(input.instance)) {
-        await db('host_transfers').insert({ transfer_id: input.transferId, seq: seq++, data: chunk });
-        bytes += chunk.length;
-        heartbeat({ bytes });
-      }
+      // Beating throughout: the stop alone may take a while.
+      const bytes = await beating('copying', () =>
+        dbaas.exportFiles(input.instance, async (chunk) => {
+          await db('host_transfers').insert({ transfer_id: input.transferId, seq: seq++, data: chunk });
+        }),
+      );
       return { bytes };
     },
 
@@ -114,7 +116,16 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
      * started, checked to hold every database the old one had. Returns how clients reach it here.
      */
     async dbaasImport(input: { serviceId: number; transferId: string; databases: string[] }): Promise<MovedConnection> {
-      const row = await build(input.serviceId);
+      const row = await findInstance(db, input.serviceId);
+      if (!row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance any more`, 'Gone');
+      // Built once: a retry finds it (maybe with half its files, which would not start) and goes on to the files.
+      const exists = await local()
+        .status(row.instance)
+        .then(
+          () => true,
+          (err: unknown) => !(err instanceof BackendGoneError),
+        );
+      if (!exists) await build(input.serviceId);
       async function* chunks(): AsyncIterable<Buffer> {
         for (let from = 0; ; from += CHUNK_ROWS_PER_READ) {
           const rows: Array<{ data: Buffer }> = await db('host_transfers')

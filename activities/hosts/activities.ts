@@ -6,7 +6,7 @@ import { provisionTargetOf } from '../../domain/provisioning';
 import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
 import type { Providers } from '../../providers';
-import { HOST_CALL_PURPOSE, type SealedHostCall } from '../../providers/host-routing';
+import { HOST_CALL_PURPOSE, type HostCallContent, type SealedHostCall } from '../../providers/host-routing';
 import type { Keyring } from '../../common/crypto';
 import { decodeValue, encodeError, encodeValue, type WireOutcome } from '../../providers/host-wire';
 
@@ -27,17 +27,23 @@ export function createHostActivities({ db, providers, logger, keyring }: { db: K
      * Runs one provider call on this host's own servers (the local activity of `hostCallWorkflow`).
      * Its outcome is returned, never thrown, so a refusal reaches the caller as the same error.
      */
-    async hostProviderCall(call: SealedHostCall): Promise<WireOutcome> {
-      // Only the providers whose servers run on hosts, and (through their router) only their interface's methods.
-      if (providers.hostCallKeys[call.key] !== call.family) {
-        return { ok: false, error: { kind: 'error', message: `${call.key}.${call.method} is not a call this host takes` } };
+    async hostProviderCall(travelled: SealedHostCall): Promise<WireOutcome> {
+      const refuse = (why: string): WireOutcome => ({ ok: false, error: { kind: 'error', message: why } });
+      let call: HostCallContent;
+      try {
+        call = JSON.parse(keyring.decrypt(HOST_CALL_PURPOSE, travelled.sealed)) as HostCallContent;
+      } catch {
+        return refuse('the call is not sealed by this control plane');
       }
+      // Only what was sealed counts; a call past its time is one its caller gave up on (or a copy).
+      if (Date.now() > call.expiresAt) return refuse('the call came after its caller stopped waiting');
+      // Only the providers whose servers run on hosts, and (through their router) only their interface's methods.
+      if (providers.hostCallKeys[call.key] !== call.family) return refuse(`${call.key}.${call.method} is not a call this host takes`);
       const provider = (providers as unknown as Record<string, Record<string, unknown>>)[call.key];
       try {
-        const args = (JSON.parse(keyring.decrypt(HOST_CALL_PURPOSE, call.sealedArgs)) as unknown[]).map(decodeValue);
         const method = provider[call.method];
         if (typeof method !== 'function') throw new Error(`${call.key}.${call.method} is not a call this host takes`);
-        const value = await (method as (...a: unknown[]) => Promise<unknown>).apply(provider, args);
+        const value = await (method as (...a: unknown[]) => Promise<unknown>).apply(provider, call.args.map(decodeValue));
         return { ok: true, value: encodeValue(value) };
       } catch (err) {
         const error = encodeError(err, call.family);

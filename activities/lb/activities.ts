@@ -30,8 +30,10 @@ export function createLbActivities({ db, providers, logger }: { db: Knex; provid
       const placement = await placementOf(db, input.serviceId);
       const balancer = await findBalancer(db, input.serviceId);
       if (!placement || !balancer) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no balancer placed on a host`, 'NotPlaced');
-      const to = input.to ?? (await leastLoadedHost(db, 'lb', [placement.host]));
+      // A retried plan keeps the target the first attempt marked.
+      const to = input.to ?? placement.moving_to ?? (await leastLoadedHost(db, 'lb', [placement.host]));
       if (!to) throw ApplicationFailure.nonRetryable('no other host that serves lb is up, undrained and has room', 'NoHost');
+      if (to === placement.host) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is on ${to} already`, 'SameHost');
       // Marked moving: listener changes answer 503 until the switch (or the end of a move that failed).
       if (placement.moving_to !== to && !(await beginMove(db, input.serviceId, to)))
         throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is already moving to ${placement.moving_to}`, 'AlreadyMoving');

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { TemporalGateway } from '../../infra/temporal';
 import type { HostDirectory } from '../../providers/host-routing';
-import { findHost, leastLoadedHost, placementOf } from './registry';
+import { endMove, findHost, leastLoadedHost, placementOf } from './registry';
 
 /** A move that cannot start: said to the operator as is. */
 export class MoveRefused extends Error {
@@ -36,9 +36,18 @@ export async function startMove(
   }
   if (to === undefined && !(await leastLoadedHost(deps.db, placement.family, [placement.host])))
     throw new MoveRefused(`no other host that serves ${placement.family} is up, undrained and has room`);
-  if (placement.moving_to) throw new MoveRefused(`svc_${serviceId} is already moving to ${placement.moving_to}`);
   // One move of a service at a time: Temporal refuses a second run of this id while one runs.
   const workflowId = `move-svc_${serviceId}`;
+  if (placement.moving_to) {
+    const running = await deps.temporal.client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .then((d) => d.status.name === 'RUNNING')
+      .catch(() => false);
+    if (running) throw new MoveRefused(`svc_${serviceId} is already moving to ${placement.moving_to}`);
+    // A mark left by a move whose run is gone (terminated from the Temporal UI): the server never left.
+    await endMove(deps.db, serviceId);
+  }
   await deps.temporal.client.workflow.start(workflow, {
     taskQueue: deps.temporal.taskQueue,
     workflowId,

@@ -291,17 +291,27 @@ export class DbInstancesAdapter implements DbaasProvider {
   // ---- moving to another host (docs/hosts.md "Moving") -------------------------------------------
 
   /**
-   * The instance's files as a tar stream (`data/`, `backups/`), read as its own account once its
-   * server is stopped (and marked to stay stopped: no keeper starts it while it moves). The copy is
-   * of files, not SQL: nothing of the tenant's runs anywhere while it moves, and the new host's
-   * server of the same engine version opens them as they were (roles, passwords, rows, backups).
+   * The instance's files as a tar stream (`data/`, `backups/`) into `sink`, read as its own account
+   * with its server stopped and marked to stay stopped, all under the instance's lock (no keeper or
+   * call starts it while it is copied). The copy is of files, not SQL: nothing of the tenant's runs
+   * anywhere while it moves, and the new host's server of the same engine version opens them as they
+   * were (roles, passwords, rows, backups). Returns the bytes copied.
    */
-  async exportFiles(id: string): Promise<AsyncIterable<Buffer>> {
-    await this.stopInstance(id);
+  async exportFiles(id: string, sink: (chunk: Buffer) => Promise<void>): Promise<number> {
     const { inst, driver } = await this.load(id);
-    const account = await driver.account(inst);
-    // `cwd`, not `-C`: the account may pass through its instance's directory but not open it.
-    return streamOutput('tar', ['-cf', '-', '--', 'data', 'backups'], { as: account, cwd: inst.paths.dir, env: { PATH: process.env.PATH, LANG: 'C' } });
+    return withFileLock(inst.paths.lock, async () => {
+      await this.setDesired(inst, 'stopped');
+      await driver.stop(inst).catch((err) => unavailable(err, id));
+      const account = await driver.account(inst);
+      let bytes = 0;
+      // `cwd`, not `-C`: the account may pass through its instance's directory but not open it.
+      const tar = streamOutput('tar', ['-cf', '-', '--', 'data', 'backups'], { as: account, cwd: inst.paths.dir, env: { PATH: process.env.PATH, LANG: 'C' } });
+      for await (const chunk of tar) {
+        await sink(chunk);
+        bytes += chunk.length;
+      }
+      return bytes;
+    });
   }
 
   /**
@@ -370,10 +380,15 @@ export class DbInstancesAdapter implements DbaasProvider {
     const failed: Array<{ name: string; error: string }> = [];
     for (const name of await this.instanceNames()) {
       try {
-        const { inst, driver } = await this.load(name);
-        if (inst.rec.desired !== 'running' || (await driver.isRunning(inst))) continue;
-        await this.startInstance(name);
-        started.push(name);
+        // Under the lock, from the record as it is then: one stopped meanwhile (a move's copy) stays stopped.
+        const paths = instancePaths(this.root, name);
+        const resumed = await withFileLock(paths.lock, async () => {
+          const { inst, driver } = await this.load(name);
+          if (inst.rec.desired !== 'running' || (await driver.isRunning(inst))) return false;
+          await driver.start(inst).catch((err) => unavailable(err, name));
+          return true;
+        });
+        if (resumed) started.push(name);
       } catch (err) {
         failed.push({ name, error: (err as Error).message });
       }

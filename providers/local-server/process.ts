@@ -99,6 +99,7 @@ export async function* streamOutput(command: string, args: string[], opts: RunOp
     child.once('error', (e) => reject(new CommandError(path.basename(command), null, e.message)));
     child.once('close', resolve);
   });
+  exited.catch(() => undefined); // awaited below; a spawn that fails before then must not go unhandled
   let finished = false;
   try {
     for await (const chunk of child.stdout!) yield chunk as Buffer;

@@ -1,5 +1,5 @@
 import { CancellationScope, workflowInfo } from '@temporalio/workflow';
-import type { DbaasMoveActivities } from '../../activities/dbaas/move.activities';
+import type { DbaasMoveActivities, DbaasMovePlan } from '../../activities/dbaas/move.activities';
 import { familyActivitiesOnHost, onHost } from '../kit/hosts';
 import { familyActivities } from '../kit/proxies';
 
@@ -21,6 +21,12 @@ export interface DbaasMoveResult {
 const { bookkeeping } = familyActivities<DbaasMoveActivities>();
 /** The new host must take its work within this, or the move is undone (the instance is stopped meanwhile). */
 const TARGET_TAKES_WORK_WITHIN = '2 minutes';
+/** The copy and the build: long, beating, retried a few times. */
+const COPY = {
+  startToCloseTimeout: '6 hours',
+  heartbeatTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 3 },
+} as const;
 
 /**
  * `dbaasMoveWorkflow`, an operator's move of a database instance to another host (docs/hosts.md
@@ -35,40 +41,36 @@ const TARGET_TAKES_WORK_WITHIN = '2 minutes';
  * after the switch nothing is undone.
  */
 export async function dbaasMoveWorkflow(input: DbaasMoveInput): Promise<DbaasMoveResult> {
-  const plan = await bookkeeping.dbaasMovePlan(input);
   const transferId = `${workflowInfo().workflowId}:${workflowInfo().runId}`;
-  const from = familyActivitiesOnHost<DbaasMoveActivities>(plan.from);
-  const toCalls = onHost<DbaasMoveActivities>(plan.to, {
-    startToCloseTimeout: '6 hours',
-    heartbeatTimeout: '30 seconds',
-    scheduleToStartTimeout: TARGET_TAKES_WORK_WITHIN,
-    retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 3 },
-  });
-  const to = familyActivitiesOnHost<DbaasMoveActivities>(plan.to);
+  let plan: DbaasMovePlan | null = null;
   let switched = false;
   try {
-    const databases = await from.calls.dbaasDatabasesHere({ instance: plan.instance });
-    const copied = await onHost<DbaasMoveActivities>(plan.from, {
-      startToCloseTimeout: '6 hours',
-      heartbeatTimeout: '30 seconds',
-      retry: { initialInterval: '1 second', maximumInterval: '30 seconds', maximumAttempts: 3 },
-    }).dbaasExport({ instance: plan.instance, transferId });
-    const connection = await toCalls.dbaasImport({ serviceId: input.serviceId, transferId, databases });
-    await bookkeeping.dbaasSwitchHost({ serviceId: input.serviceId, to: plan.to, connection });
-    switched = true;
+    // Marks the service moving: from here on, whatever happens, the move ends (switched, or undone).
+    plan = await bookkeeping.dbaasMovePlan(input);
+    const { from, to, instance } = plan;
+    const onFrom = familyActivitiesOnHost<DbaasMoveActivities>(from);
+    const onTo = onHost<DbaasMoveActivities>(to, { ...COPY, scheduleToStartTimeout: TARGET_TAKES_WORK_WITHIN });
+    const databases = await onFrom.calls.dbaasDatabasesHere({ instance });
+    // The copy and the build are not cut short by a cancel: the undo must not run beside them.
+    const copied = await CancellationScope.nonCancellable(() => onHost<DbaasMoveActivities>(from, COPY).dbaasExport({ instance, transferId }));
+    const connection = await CancellationScope.nonCancellable(() => onTo.dbaasImport({ serviceId: input.serviceId, transferId, databases }));
     await CancellationScope.nonCancellable(async () => {
+      await bookkeeping.dbaasSwitchHost({ serviceId: input.serviceId, to, connection });
+      switched = true;
       await bookkeeping.dbaasDropTransfer({ transferId });
-      await from.bookkeeping.dbaasDestroyHere({ instance: plan.instance });
+      await onFrom.bookkeeping.dbaasDestroyHere({ instance });
     });
-    return { from: plan.from, to: plan.to, host: connection.host, port: connection.port, bytes: copied.bytes };
+    return { from, to, host: connection.host, port: connection.port, bytes: copied.bytes };
   } catch (err) {
-    if (!switched) {
-      // Serving again where it was first; then what the new host may hold, and the transfer.
+    if (!switched && plan) {
+      const { from, to, instance } = plan;
+      // Calls about it are taken again first, then it serves again where it was; then what the new
+      // host may hold, and the transfer.
       await CancellationScope.nonCancellable(async () => {
-        await from.bookkeeping.dbaasRestartHere({ instance: plan.instance });
         await bookkeeping.dbaasEndMove({ serviceId: input.serviceId });
+        await familyActivitiesOnHost<DbaasMoveActivities>(from).bookkeeping.dbaasRestartHere({ instance });
         await bookkeeping.dbaasDropTransfer({ transferId });
-        await to.bookkeeping.dbaasDiscard({ instance: plan.instance });
+        await familyActivitiesOnHost<DbaasMoveActivities>(to).bookkeeping.dbaasDiscard({ instance });
       });
     }
     throw err;

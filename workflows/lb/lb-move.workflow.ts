@@ -1,5 +1,5 @@
 import { CancellationScope } from '@temporalio/workflow';
-import type { LbActivities } from '../../activities/lb/activities';
+import type { LbActivities, LbMovePlan } from '../../activities/lb/activities';
 import { familyActivities } from '../kit/proxies';
 import { familyActivitiesOnHost } from '../kit/hosts';
 
@@ -28,28 +28,33 @@ const MAX_ROUNDS = 5;
  * the old host, waiting for that host if it is down.
  */
 export async function lbMoveWorkflow(input: LbMoveInput): Promise<LbMoveResult> {
-  let plan = await bookkeeping.lbMovePlan(input);
-  if (plan.from === plan.to) return { from: plan.from, to: plan.to, address: '' };
-  const from = familyActivitiesOnHost<LbActivities>(plan.from);
-  const to = familyActivitiesOnHost<LbActivities>(plan.to);
+  let plan: LbMovePlan | null = null;
   let switched = false;
   try {
+    // Marks the balancer moving: from here on, whatever happens, the move ends (switched, or undone).
+    plan = await bookkeeping.lbMovePlan(input);
+    const { from, to } = plan;
     for (let round = 1; ; round++) {
-      const { address } = await to.calls.lbBuildHere({ serviceId: input.serviceId, listeners: plan.listeners });
-      ({ switched } = await bookkeeping.lbSwitchHost({ serviceId: input.serviceId, to: plan.to, address, listeners: plan.listeners }));
-      if (switched) {
-        await CancellationScope.nonCancellable(() => from.bookkeeping.lbDestroyHere({ serviceId: input.serviceId }));
-        return { from: plan.from, to: plan.to, address };
-      }
-      if (round >= MAX_ROUNDS) throw new Error(`the listeners of svc_${input.serviceId} kept changing during the move; it stays on ${plan.from}`);
-      plan = { ...(await bookkeeping.lbMovePlan({ serviceId: input.serviceId, to: plan.to })), from: plan.from };
+      const listeners = plan.listeners;
+      const { address } = await CancellationScope.nonCancellable(() =>
+        familyActivitiesOnHost<LbActivities>(to).calls.lbBuildHere({ serviceId: input.serviceId, listeners }),
+      );
+      const done = await CancellationScope.nonCancellable(async () => {
+        ({ switched } = await bookkeeping.lbSwitchHost({ serviceId: input.serviceId, to, address, listeners }));
+        if (switched) await familyActivitiesOnHost<LbActivities>(from).bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
+        return switched;
+      });
+      if (done) return { from, to, address };
+      if (round >= MAX_ROUNDS) throw new Error(`the listeners of svc_${input.serviceId} kept changing during the move; it stays on ${from}`);
+      plan = { ...(await bookkeeping.lbMovePlan({ serviceId: input.serviceId, to })), from };
     }
   } catch (err) {
-    if (!switched) {
+    if (!switched && plan) {
+      const { to } = plan;
       // Stays where it was, taking changes again; the new host keeps no copy.
       await CancellationScope.nonCancellable(async () => {
         await bookkeeping.lbEndMove({ serviceId: input.serviceId });
-        await to.bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
+        await familyActivitiesOnHost<LbActivities>(to).bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
       });
     }
     throw err;
