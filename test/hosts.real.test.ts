@@ -273,6 +273,9 @@ describe('two host agents on one machine', () => {
       const moved = await connectClient(engine, { host: after.host, port: after.port, ca: after.ca_certificate }, 'admin', admin, 'moved');
       expect((await moved.query('select count(*) as n from t')).map((r) => Number((r as { n: unknown }).n))).toEqual([3]);
       await moved.close();
+      // Only the customer's users and the admin: no account of the old host's came along.
+      const users = (await stack.http.get(`${base}/users`, { token })).body.data.map((u: { username: string }) => u.username).sort();
+      expect(users).toEqual(['admin', 'mover']);
       const mover = await connectClient(
         engine,
         { host: after.host, port: after.port, ca: after.ca_certificate },

@@ -342,6 +342,10 @@ export class MariaDbEngine implements EngineDriver {
     const dump = await this.dumpUser(inst);
     if (dump === this.controlUser()) return;
     await c.query("CREATE USER IF NOT EXISTS ?@'localhost' IDENTIFIED VIA unix_socket", [dump]);
+    // Another instance's dump account (`cdb-...`, a name no customer account can have): the one of the
+    // host an instance moved from, carried over with its files (docs/hosts.md "Moving").
+    const [others] = await c.query<mysql.RowDataPacket[]>("select User from mysql.user where Host = 'localhost' and User like 'cdb-%' and User <> ?", [dump]);
+    for (const other of others) await c.query("DROP USER ?@'localhost'", [other.User]);
     for (const user of new Set(['mysql', dump])) {
       if (user === this.controlUser()) continue;
       const [found] = await c.query<mysql.RowDataPacket[]>("select 1 from mysql.user where User = ? and Host = 'localhost'", [user]);
