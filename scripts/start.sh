@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/node_modules/.bin:$PATH"
 bash scripts/ensure-tools.sh
 bash scripts/require-node.sh
+# Compiled modules are kept for the next start (and for each process this one starts).
+export NODE_COMPILE_CACHE="$PWD/.data/node-compile-cache"
 exec node_modules/.bin/tsx scripts/dev.ts

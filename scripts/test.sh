@@ -8,6 +8,9 @@ export PATH="$PWD/node_modules/.bin:$PATH"
 bash scripts/ensure-tools.sh
 bash scripts/require-node.sh
 mkdir -p .data
+# Node keeps the bytecode of the modules it compiles here, so the many processes a run starts (the
+# CLI per command, the fault tests' API and worker, whole `npm start`s) do not compile them again.
+export NODE_COMPILE_CACHE="$PWD/.data/node-compile-cache"
 # The three checks run beside the tests (each check uses one core while the tests mostly wait on
 # servers), their output printed in order once the tests are done; either failing fails the run.
 # The typecheck and prettier keep caches in .data/ that only skip unchanged files; eslint has none

@@ -1,75 +1,43 @@
-import { execFile } from 'node:child_process';
-import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMove } from '../domain/hosts/move';
 import { balancersToRun } from '../domain/lb/store';
-import { provisionTargetOf } from '../domain/provisioning';
-import { LbProvisioner } from '../domain/lb/provisioner';
-import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter';
-import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
-import { seedOrders } from '../db/seeds/orders.seed';
-import { createService } from './helpers/fixtures';
-import { connectClient } from './dbaas.instances.support';
-import { startHostAgent, type HostAgentHandle } from './helpers/hosts';
-import { startStack, type Stack } from './helpers/stack';
+import { startTwoHosts, type Svc, type TwoHosts } from './hosts.support';
 import { freePort } from './lb.contract';
 import { eventually, get, startBackend, type Backend } from './lb.support';
 
 /**
- * Two host agents on one machine (docs/hosts.md): the stack's worker is host `h1`, a second worker in
- * this process is `h2`, each with its own data directories and address ranges, one database and one
- * Temporal namespace between them. Real HAProxy balancers and PostgreSQL instances, placed on them.
+ * Two host agents on one machine (test/hosts.support.ts): registration, placement, calls from the API
+ * reaching the servers on their host, keepers, a host that stops, drain, and a balancer's move. The
+ * database moves and the operator's command: test/hosts.moves.real.test.ts.
  */
-const execFileAsync = promisify(execFile);
-const root = path.resolve(__dirname, '..');
-const FAST = { HOST_HEARTBEAT_INTERVAL: '250ms', LB_KEEPER_INTERVAL: '500ms', DBAAS_KEEPER_INTERVAL: '500ms' };
-
-let stack: Stack;
-let h2: HostAgentHandle;
+let two: TwoHosts;
 let backend: Backend;
+let stack: TwoHosts['stack'];
+let h2: TwoHosts['h2'];
 
 beforeAll(async () => {
-  stack = await startStack({ env: { LB_BACKEND: 'haproxy', DBAAS_BACKEND: 'instances', HOST_NAME: 'h1', TEARDOWN_SWEEP_INTERVAL: '200ms', ...FAST } });
-  await seedOrders(stack.db);
-  h2 = await startHostAgent(stack, 'h2', { HOST_HEARTBEAT_INTERVAL: 250, LB_KEEPER_INTERVAL: 500, DBAAS_KEEPER_INTERVAL: 500 });
+  two = await startTwoHosts();
+  ({ stack, h2 } = two);
   backend = await startBackend('behind-h2');
 });
 afterAll(async () => {
   await backend?.stop();
-  await h2?.close();
-  await stack?.close();
+  await two?.close();
 });
 
-type HostsBody = { data: Array<{ name: string; status: string; families: string[]; resources: Array<{ object: string; id: string }> }> };
-const hosts = async () => (await stack.http.get('/_dev/hosts')).body as HostsBody;
-const hostOf = async (id: string) => (await hosts()).data.find((h) => h.resources.some((r) => r.id === id))?.name;
-const statusOf = async (name: string) => (await hosts()).data.find((h) => h.name === name)?.status;
-
-async function newBalancer(label: string): Promise<{ id: string; serviceId: number }> {
-  const svc = await createService(stack.db, stack.owner.accountId, { family: 'lb', product: 'lb-s', label });
-  // What the order's provisioning does, from the API's process (no host): placed, then built on its host.
-  const target = (await provisionTargetOf(stack.db, svc.serviceId))!;
-  await new LbProvisioner(stack.db, stack.api.deps.providers.lb, stack.api.deps.providers.hosts).provision(target);
-  return svc;
-}
-
-async function newDatabase(product = 'dbaas-postgres-s'): Promise<{ id: string; serviceId: number }> {
-  const svc = await createService(stack.db, stack.owner.accountId, { family: 'dbaas', product });
-  const attached = await stack.http.post(`/_dev/dbaas/${svc.id}/instance`, { body: {} });
-  expect(attached.status, attached.text).toBe(200);
-  return svc;
-}
-
-const lbDir = (host: 'h1' | 'h2') =>
-  new HaproxyLbProvider({ dataDir: host === 'h1' ? stack.config.LB_DATA_DIR : h2.config.LB_DATA_DIR, bindAddress: '127.0.0.1' });
-const dbDir = (host: 'h1' | 'h2') => new DbInstancesAdapter({ rootDir: host === 'h1' ? stack.config.DBAAS_DATA_DIR! : h2.config.DBAAS_DATA_DIR! });
+const hosts = () => two.hosts();
+const hostOf = (id: string) => two.hostOf(id);
+const statusOf = (name: string) => two.statusOf(name);
+const newBalancer = (label: string) => two.newBalancer(label);
+const newDatabase = (product?: string) => two.newDatabase(product);
+const lbDir = (host: 'h1' | 'h2') => two.lbDir(host);
+const dbDir = (host: 'h1' | 'h2') => two.dbDir(host);
 
 describe('two host agents on one machine', () => {
-  let lbA: { id: string; serviceId: number };
-  let lbB: { id: string; serviceId: number };
-  let dbC: { id: string; serviceId: number };
-  let dbD: { id: string; serviceId: number };
+  let lbA: Svc;
+  let lbB: Svc;
+  let dbC: Svc;
+  let dbD: Svc;
 
   it('both register and beat: GET /_dev/hosts lists them up, with the families they serve', async () => {
     const listed = await eventually(hosts, (b) => b.data.filter((h) => h.status === 'up').length === 2);
@@ -242,89 +210,5 @@ describe('two host agents on one machine', () => {
     // Refusals say why: a host that does not exist, the host it is on.
     await expect(startMove(moves, lbB.serviceId, 'nope')).rejects.toThrow(/no host nope/);
     await expect(startMove(moves, lbB.serviceId, 'h1')).rejects.toThrow(/on h1 already/);
-  });
-
-  for (const engine of ['postgresql', 'mysql'] as const) {
-    it(`moving a ${engine} instance carries its databases, rows and users (same passwords) to the other host, at a new address`, async () => {
-      const svc = engine === 'postgresql' ? dbD : await newDatabase('dbaas-mysql-s');
-      const token = stack.owner.key;
-      const base = `/v1/dbaas/${svc.id}`;
-      const from = await hostOf(svc.id);
-      const to = from === 'h1' ? 'h2' : 'h1';
-      const admin = (await stack.http.post(`${base}/credentials`, { token })).body.password as string;
-      const user = await stack.http.post(`${base}/users`, { token, body: { username: 'mover', password: 'Moved-pass-123456' } });
-      expect(user.status, user.text).toBe(201);
-      expect((await stack.http.post(`${base}/databases`, { token, body: { name: 'moved' } })).status).toBe(201);
-      const before = (await stack.http.get(`${base}/connection`, { token })).body;
-      const session = await connectClient(engine, { host: before.host, port: before.port, ca: before.ca_certificate }, 'admin', admin, 'moved');
-      await session.query('create table t (n int)');
-      await session.query('insert into t values (1), (2), (3)');
-      await session.close();
-
-      const started = await startMove({ db: stack.db, temporal: stack.api.deps.temporal, hosts: stack.api.deps.providers.hosts }, svc.serviceId, to);
-      const result = await stack.temporal!.client.workflow.getHandle(started.workflowId).result();
-      expect(result).toMatchObject({ from, to });
-      expect(result.bytes).toBeGreaterThan(0);
-
-      expect(await hostOf(svc.id)).toBe(to);
-      const after = (await stack.http.get(`${base}/connection`, { token })).body;
-      const range = (to === 'h1' ? stack.config.DBAAS_ADDRESS_RANGE : h2.config.DBAAS_ADDRESS_RANGE).split('.').slice(0, 3);
-      expect(after.host.split('.').slice(0, 3)).toEqual(range);
-      const moved = await connectClient(engine, { host: after.host, port: after.port, ca: after.ca_certificate }, 'admin', admin, 'moved');
-      expect((await moved.query('select count(*) as n from t')).map((r) => Number((r as { n: unknown }).n))).toEqual([3]);
-      await moved.close();
-      // Only the customer's users and the admin: no account of the old host's came along.
-      const users = (await stack.http.get(`${base}/users`, { token })).body.data.map((u: { username: string }) => u.username).sort();
-      expect(users).toEqual(['admin', 'mover']);
-      const mover = await connectClient(
-        engine,
-        { host: after.host, port: after.port, ca: after.ca_certificate },
-        'mover',
-        'Moved-pass-123456',
-        engine === 'postgresql' ? 'postgres' : undefined,
-      );
-      await mover.close();
-      // The old copy is gone from the old host; the API serves the instance where it is now.
-      expect((await dbDir(from as 'h1' | 'h2').instanceNames()).some((n) => n.startsWith(`svc-${svc.serviceId}-`))).toBe(false);
-      expect((await dbDir(to).instanceNames()).some((n) => n.startsWith(`svc-${svc.serviceId}-`))).toBe(true);
-      expect((await stack.http.get(`${base}/databases`, { token })).body.data.map((d: { name: string }) => d.name)).toContain('moved');
-      // Its backups came along (the PostgreSQL one was backed up while its host was down, above).
-      if (engine === 'postgresql') expect((await stack.http.get(`${base}/backups`, { token })).body.data.length).toBeGreaterThan(0);
-      // Calls about it are taken again; a second move is refused while none runs only for a bad target.
-      await expect(startMove({ db: stack.db, temporal: stack.api.deps.temporal, hosts: stack.api.deps.providers.hosts }, svc.serviceId, to)).rejects.toThrow(
-        /already/,
-      );
-      expect(Number((await stack.db('host_transfers').count('* as n').first())!.n)).toBe(0);
-    });
-  }
-
-  it('npm run hosts lists the hosts, and evacuates one: drained, then everything on it moved, one at a time', async () => {
-    const hostsCommand = (...args: string[]) =>
-      execFileAsync(path.join(root, 'node_modules/.bin/tsx'), [path.join(root, 'scripts/hosts.ts'), ...args], {
-        cwd: root,
-        env: {
-          ...process.env,
-          DATABASE_URL: stack.database.url,
-          TEMPORAL_ADDRESS: stack.temporal!.address,
-          TEMPORAL_NAMESPACE: stack.config.TEMPORAL_NAMESPACE,
-          TEMPORAL_TASK_QUEUE: stack.taskQueue,
-          LOG_LEVEL: 'silent',
-        },
-        timeout: 120_000,
-      });
-    const listed = await hostsCommand();
-    expect(listed.stdout).toMatch(/^h1 {2}up {2}serves /m);
-    expect(listed.stdout).toMatch(/^h2 {2}up {2}serves /m);
-    const onH2 = (await hosts()).data.find((h) => h.name === 'h2')!.resources;
-    expect(onH2.length).toBeGreaterThan(0);
-
-    const evacuated = await hostsCommand('evacuate', 'h2');
-    expect(evacuated.stdout).toContain('h2 has nothing placed on it now');
-    const after = (await hosts()).data;
-    expect(after.find((h) => h.name === 'h2')).toMatchObject({ status: 'draining', resources: [] });
-    for (const r of onH2) expect(after.find((h) => h.name === 'h1')!.resources).toContainEqual(r);
-    expect(await lbDir('h2').balancerIds()).toEqual([]);
-    expect(await dbDir('h2').instanceNames()).toEqual([]);
-    await expect(hostsCommand('move', 'svc_1', 'nope')).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining('no host nope') });
   });
 });

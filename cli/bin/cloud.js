@@ -7,6 +7,9 @@
 // tsconfig applies wherever the command is run from (not the one of the current directory).
 const path = require('node:path');
 const fs = require('node:fs');
+// Each command is a new process: Node keeps the compiled modules (in the system's temp directory)
+// for the next one, which then starts in about half the time.
+require('node:module').enableCompileCache?.();
 
 const REQUIRED_MAJOR = 24;
 const root = path.join(__dirname, '..', '..');
