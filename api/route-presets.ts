@@ -62,31 +62,24 @@ function routeInfo<PS extends ZObject, BS extends z.ZodType | undefined>(info: P
  * database service's databases, users and backups, a balancer's listeners and backends): a GET any
  * credential with `scope` may call, paginated with the same opaque cursors as database lists.
  */
-export function defineBackendList<PS extends ZObject, Target, Item, S extends z.ZodType>(spec: {
-  path: string;
-  operationId: string;
-  summary: string;
-  description?: string;
-  tag: string;
-  scope: string;
-  params: PS;
-  /** Each item's schema, and the list's name in OpenAPI (`VpsBackupList`). */
-  item: S;
-  listId: string;
-  /** What the 200 lists (`Backups`). */
-  listed: string;
-  /** Answers besides the 200 (a 409 while the resource has no backend record yet). */
-  otherResponses?: ResponseSpec[];
-  /** The resource the path names, found the family's way (404, 400, 409: findTarget). */
-  target: (ctx: { params: z.infer<PS>; principal: Principal; deps: AppDeps }) => Promise<Target>;
-  /** The whole list, from the backend (or the resource's record). */
-  items: (target: Target, deps: AppDeps) => Promise<readonly Item[]> | readonly Item[];
-  /** The cursor's list name (`listFingerprint(...)`): a cursor of one list is refused by another. */
-  list: (target: Target) => string;
-  /** Orders the items (ascending); unique per item, carried by the cursor. */
-  sortKey: (item: Item) => string;
-  present: (item: Item) => z.input<S>;
-}) {
+export function defineBackendList<PS extends ZObject, Target, Item, S extends z.ZodType>(
+  spec: Omit<PresetRouteInfo<PS, undefined>, 'marks' | 'body' | 'exampleBody'> & {
+    /** Each item's schema, and the list's name in OpenAPI (`VpsBackupList`). */
+    item: S;
+    listId: string;
+    /** What the 200 lists (`Backups`). */
+    listed: string;
+    /** The resource the path names, found the family's way (404, 400, 409: findTarget). */
+    target: (ctx: { params: z.infer<PS>; principal: Principal; deps: AppDeps }) => Promise<Target>;
+    /** The whole list, from the backend (or the resource's record). */
+    items: (target: Target, deps: AppDeps) => Promise<readonly Item[]> | readonly Item[];
+    /** The cursor's list name (`listFingerprint(...)`): a cursor of one list is refused by another. */
+    list: (target: Target) => string;
+    /** Orders the items (ascending); unique per item, carried by the cursor. */
+    sortKey: (item: Item) => string;
+    present: (item: Item) => z.input<S>;
+  },
+) {
   return defineRoute({
     method: 'get',
     ...routeInfo({ ...spec, marks: [] }),
