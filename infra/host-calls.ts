@@ -35,11 +35,12 @@ export class TemporalHostCaller implements HostCaller {
     const content: HostCallContent = { ...call, args: args.map(encodeValue), expiresAt: Date.now() + this.options.timeoutMs };
     const input: SealedHostCall = { ...call, sealed: this.options.seal(JSON.stringify(content)), timeoutMs: this.options.timeoutMs };
     let outcome: WireOutcome;
+    const noAnswer = `did not answer within ${this.options.timeoutMs} ms`;
     let timer: NodeJS.Timeout | undefined;
     try {
       // Bounded here too: a Temporal server that takes the start but never answers must not hold the request.
       const late = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new WorkflowFailedError('no answer', undefined, undefined)), this.options.timeoutMs + 2_000);
+        timer = setTimeout(() => reject(new Error(noAnswer)), this.options.timeoutMs + 2_000);
       });
       const execution = this.client().workflow.execute(HOST_CALL_WORKFLOW, {
         taskQueue: hostQueue(host),
@@ -51,7 +52,7 @@ export class TemporalHostCaller implements HostCaller {
       execution.catch(() => undefined);
       outcome = await Promise.race([execution, late]);
     } catch (err) {
-      const why = err instanceof WorkflowFailedError ? `did not answer within ${this.options.timeoutMs} ms` : (err as Error).message;
+      const why = err instanceof WorkflowFailedError ? noAnswer : (err as Error).message;
       throw new BackendUnavailableError(request.family, `host ${host}: ${why}`);
     } finally {
       clearTimeout(timer);

@@ -35,16 +35,18 @@ export interface Providers extends FamilyProviders {
   faults: FaultInjector | null;
   /** The hosts the servers of placed backends run on, as this process sees them (docs/hosts.md). */
   hosts: HostDirectory;
-  /** The servers of each placed family on this machine, by service (a host agent adopts them). */
-  localServers: Array<{ family: string; services(): Promise<number[]> }>;
+  /**
+   * Each placed family's servers on this machine: its provider's key, and the services whose servers
+   * are in this machine's data directory (a host agent adopts them). The keys are the only providers
+   * calls may reach through a host.
+   */
+  localServers: Array<{ family: string; key: string; services(): Promise<number[]> }>;
   /**
    * The placed families' own adapters on this machine, behind their outage switch but not routed: what
    * a move runs on each end (the new host builds before the placement says it is there, the old one
    * destroys after it no longer does). Only the agent of a host uses them.
    */
   local: Partial<FamilyProviders>;
-  /** The providers calls may reach through a host, by key, with their family (`{ lb: 'lb' }`). */
-  hostCallKeys: Record<string, string>;
 }
 
 /** How this process reaches hosts: the registry, and the caller for the hosts it is not (null: none reachable). */
@@ -83,7 +85,6 @@ export function buildProviders(
   const built: Record<string, unknown> = {};
   const localServers: Providers['localServers'] = [];
   const local: Record<string, unknown> = {};
-  const hostCallKeys: Record<string, string> = {};
   for (const backend of backends) {
     if (backend.key in built) throw new Error(`Two backends claim providers.${String(backend.key)}`);
     const real = backend.real?.selected(config) ? backend.real : null;
@@ -91,9 +92,8 @@ export function buildProviders(
     if (real?.listeningPorts) listening.push(() => real.listeningPorts!(provider));
     if (real?.placed && hosts.directory.places(backend.family)) {
       const placed = real.placed;
-      localServers.push({ family: backend.family, services: () => placed.localServices(provider) });
+      localServers.push({ family: backend.family, key: String(backend.key), services: () => placed.localServices(provider) });
       local[backend.key] = withOutageSwitch(provider as object, switchboard, backend.family);
-      hostCallKeys[String(backend.key)] = backend.family;
     }
     const routed =
       real?.placed && hosts.directory.places(backend.family)
@@ -111,7 +111,6 @@ export function buildProviders(
     hosts: hosts.directory,
     localServers,
     local: local as Partial<FamilyProviders>,
-    hostCallKeys,
   };
 }
 

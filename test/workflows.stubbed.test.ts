@@ -117,7 +117,7 @@ const stubs = withBackendErrors({
   async dbaasRestartHere() {
     call('restart old');
   },
-  async dbaasEndMove() {
+  async endServiceMove() {
     call('end move');
   },
   async dbaasDiscard() {

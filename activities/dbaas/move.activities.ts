@@ -2,11 +2,12 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
 import type { Logger } from '../../common/logger';
-import { beginMove, endMove, leastLoadedHost, movePlacement, placementOf } from '../../domain/hosts/registry';
+import { movePlacement } from '../../domain/hosts/registry';
+import { claimMoveOrFail } from '../hosts/activities';
 import { BackendGoneError } from '../../providers/errors';
 import { adminPassword, findInstance, recordConnection } from '../../domain/dbaas/store';
 import type { Providers } from '../../providers';
-import type { DbaasProvider } from '../../providers/dbaas.provider';
+import type { DbaasProvider, DbConnectionInfo } from '../../providers/dbaas.provider';
 
 /** What a move of a database instance starts from. */
 export interface DbaasMovePlan {
@@ -16,16 +17,6 @@ export interface DbaasMovePlan {
 }
 
 const CHUNK_ROWS_PER_READ = 8;
-
-/** How clients reach the instance on its new host (no secret: the CA certificate is public). */
-export interface MovedConnection {
-  host: string;
-  port: number;
-  database: string | null;
-  username: string;
-  tlsMode: 'verify-full';
-  caCertificate: string;
-}
 
 /**
  * Activities of a database instance's move to another host (docs/hosts.md "Moving"): mark it moving
@@ -80,16 +71,10 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
      * left out), and marks it moving: refused while another move of it runs.
      */
     async dbaasMovePlan(input: { serviceId: number; to?: string | null }): Promise<DbaasMovePlan> {
-      const placement = await placementOf(db, input.serviceId);
       const row = await findInstance(db, input.serviceId);
-      if (!placement || !row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance placed on a host`, 'NotPlaced');
-      // A retried plan keeps the target the first attempt marked.
-      const to = input.to ?? placement.moving_to ?? (await leastLoadedHost(db, 'dbaas', [placement.host]));
-      if (!to) throw ApplicationFailure.nonRetryable('no other host that serves dbaas is up, undrained and has room', 'NoHost');
-      if (to === placement.host) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is on ${to} already`, 'SameHost');
-      if (placement.moving_to !== to && !(await beginMove(db, input.serviceId, to)))
-        throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is already moving to ${placement.moving_to}`, 'AlreadyMoving');
-      return { from: placement.host, to, instance: row.instance };
+      if (!row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance`, 'NotPlaced');
+      const { from, to } = await claimMoveOrFail(db, 'dbaas', input.serviceId, input.to);
+      return { from, to, instance: row.instance };
     },
 
     /** On the old host: the databases it holds, for the check on the new host (it must answer to move). */
@@ -115,7 +100,7 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
      * On the new host: the same instance (name, engine, admin password) with the old one's files,
      * started, checked to hold every database the old one had. Returns how clients reach it here.
      */
-    async dbaasImport(input: { serviceId: number; transferId: string; databases: string[] }): Promise<MovedConnection> {
+    async dbaasImport(input: { serviceId: number; transferId: string; databases: string[] }): Promise<DbConnectionInfo> {
       const row = await findInstance(db, input.serviceId);
       if (!row) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no database instance any more`, 'Gone');
       // Built once: a retry finds it (maybe with half its files, which would not start) and goes on to the files.
@@ -146,8 +131,7 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
       const here = new Set((await local().listDatabases(row.instance)).map((d) => d.name));
       const missing = input.databases.filter((name) => !here.has(name));
       if (missing.length) throw ApplicationFailure.nonRetryable(`the copy on this host lacks ${missing.join(', ')}`, 'CopyIncomplete');
-      const info = await local().connectionInfo(row.instance);
-      return { host: info.host, port: info.port, database: info.database, username: info.username, tlsMode: info.tlsMode, caCertificate: info.caCertificate };
+      return local().connectionInfo(row.instance);
     },
 
     /** On the old host: its server started again (a move that did not complete; gone is fine). */
@@ -165,18 +149,13 @@ export function createDbaasMoveActivities({ db, providers, keyring, logger }: { 
     },
 
     /** The placement (which ends the move), the connection details and the service's address, pointed at the new host. */
-    async dbaasSwitchHost(input: { serviceId: number; to: string; connection: MovedConnection }): Promise<void> {
+    async dbaasSwitchHost(input: { serviceId: number; to: string; connection: DbConnectionInfo }): Promise<void> {
       await db.transaction(async (trx) => {
         await movePlacement(trx, input.serviceId, input.to);
         await recordConnection(trx, input.serviceId, input.connection);
         await trx('services').where({ id: input.serviceId }).update({ primary_ip: input.connection.host });
       });
       logger.info({ service: `svc_${input.serviceId}`, host: input.to, address: input.connection.host }, 'database instance moved');
-    },
-
-    /** A move that did not complete: the server stays where it is placed, and takes calls again. */
-    async dbaasEndMove(input: { serviceId: number }): Promise<void> {
-      await endMove(db, input.serviceId);
     },
 
     /** On the old host: its copy destroyed, data and backups with it. */

@@ -1,7 +1,9 @@
+import { ApplicationFailure } from '@temporalio/activity';
 import { backendOf } from '../../common/families';
 import type { HostStatus } from '../../common/hosts';
 import { placeIfHosted } from '../../domain/hosts/directory';
-import { hostStatus, placementOf } from '../../domain/hosts/registry';
+import { endMove, hostStatus, placementOf } from '../../domain/hosts/registry';
+import { claimMove, MoveRefused } from '../../domain/hosts/move';
 import { provisionTargetOf } from '../../domain/provisioning';
 import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
@@ -38,7 +40,8 @@ export function createHostActivities({ db, providers, logger, keyring }: { db: K
       // Only what was sealed counts; a call past its time is one its caller gave up on (or a copy).
       if (Date.now() > call.expiresAt) return refuse('the call came after its caller stopped waiting');
       // Only the providers whose servers run on hosts, and (through their router) only their interface's methods.
-      if (providers.hostCallKeys[call.key] !== call.family) return refuse(`${call.key}.${call.method} is not a call this host takes`);
+      if (!providers.localServers.some((l) => l.key === call.key && l.family === call.family))
+        return refuse(`${call.key}.${call.method} is not a call this host takes`);
       const provider = (providers as unknown as Record<string, Record<string, unknown>>)[call.key];
       try {
         const method = provider[call.method];
@@ -71,6 +74,11 @@ export function createHostActivities({ db, providers, logger, keyring }: { db: K
       return { host: await placeIfHosted(db, providers.hosts, backendOf(target.productFamily), serviceId) };
     },
 
+    /** A move that did not complete: the server stays where it is placed, and takes calls again. */
+    async endServiceMove(input: { serviceId: number }): Promise<void> {
+      await endMove(db, input.serviceId);
+    },
+
     /** The host a service's server is on, or null (not placed, or its family runs on no host). */
     async hostOfService(serviceId: number): Promise<{ host: string | null }> {
       return { host: (await placementOf(db, serviceId))?.host ?? null };
@@ -79,3 +87,13 @@ export function createHostActivities({ db, providers, logger, keyring }: { db: K
 }
 
 export type HostActivities = ReturnType<typeof createHostActivities>;
+
+/** `claimMove` for a move workflow's first activity: a refusal fails it for good (retrying cannot help). */
+export async function claimMoveOrFail(db: Knex, family: string, serviceId: number, to?: string | null): Promise<{ from: string; to: string }> {
+  try {
+    return await claimMove(db, family, serviceId, to);
+  } catch (err) {
+    if (err instanceof MoveRefused) throw ApplicationFailure.nonRetryable(err.message, 'MoveRefused');
+    throw err;
+  }
+}

@@ -1,7 +1,8 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import type { Logger } from '../../common/logger';
-import { beginMove, endMove, leastLoadedHost, movePlacement, placementOf } from '../../domain/hosts/registry';
+import { movePlacement } from '../../domain/hosts/registry';
+import { claimMoveOrFail } from '../hosts/activities';
 import { findBalancer, lockBalancer, storeAddress } from '../../domain/lb/store';
 import type { Providers } from '../../providers';
 import type { LbListener, LbProvider } from '../../providers/lb.provider';
@@ -27,22 +28,11 @@ export function createLbActivities({ db, providers, logger }: { db: Knex; provid
   return {
     /** Where the balancer is, where it goes (`to`, or the host placement would choose now, leaving its own out), and what it runs. */
     async lbMovePlan(input: { serviceId: number; to?: string | null }): Promise<LbMovePlan> {
-      const placement = await placementOf(db, input.serviceId);
       const balancer = await findBalancer(db, input.serviceId);
-      if (!placement || !balancer) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no balancer placed on a host`, 'NotPlaced');
-      // A retried plan keeps the target the first attempt marked.
-      const to = input.to ?? placement.moving_to ?? (await leastLoadedHost(db, 'lb', [placement.host]));
-      if (!to) throw ApplicationFailure.nonRetryable('no other host that serves lb is up, undrained and has room', 'NoHost');
-      if (to === placement.host) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is on ${to} already`, 'SameHost');
+      if (!balancer) throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} has no balancer`, 'NotPlaced');
       // Marked moving: listener changes answer 503 until the switch (or the end of a move that failed).
-      if (placement.moving_to !== to && !(await beginMove(db, input.serviceId, to)))
-        throw ApplicationFailure.nonRetryable(`svc_${input.serviceId} is already moving to ${placement.moving_to}`, 'AlreadyMoving');
-      return { from: placement.host, to, listeners: balancer.listeners };
-    },
-
-    /** A move that did not complete: the balancer stays where it is placed, and takes changes again. */
-    async lbEndMove(input: { serviceId: number }): Promise<void> {
-      await endMove(db, input.serviceId);
+      const { from, to } = await claimMoveOrFail(db, 'lb', input.serviceId, input.to);
+      return { from, to, listeners: balancer.listeners };
     },
 
     /** On the new host: the balancer, running `listeners`; its address there. */

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { TemporalGateway } from '../../infra/temporal';
 import type { HostDirectory } from '../../providers/host-routing';
-import { endMove, findHost, leastLoadedHost, placementOf } from './registry';
+import { beginMove, endMove, findHost, leastLoadedHost, placementOf } from './registry';
 
 /** A move that cannot start: said to the operator as is. */
 export class MoveRefused extends Error {
@@ -55,4 +55,21 @@ export async function startMove(
     typedSearchAttributes: deps.temporal.searchAttributes({ operationType: `host.move`, accountId: null, resourceId: `svc_${serviceId}` }),
   });
   return { workflowId, family: placement.family, from: placement.host };
+}
+
+/**
+ * A move workflow's first step (every family's): where the server of a service of `family` is, where
+ * it goes (`to`, or the host placement would choose now, its own left out), and the service marked
+ * moving, so calls about it answer 503 until the move ends. A retried claim keeps the target the first
+ * one marked. Throws MoveRefused.
+ */
+export async function claimMove(db: Knex, family: string, serviceId: number, to?: string | null): Promise<{ from: string; to: string }> {
+  const placement = await placementOf(db, serviceId);
+  if (!placement || placement.family !== family) throw new MoveRefused(`svc_${serviceId} has no ${family} server placed on a host`);
+  const target = to ?? placement.moving_to ?? (await leastLoadedHost(db, family, [placement.host]));
+  if (!target) throw new MoveRefused(`no other host that serves ${family} is up, undrained and has room`);
+  if (target === placement.host) throw new MoveRefused(`svc_${serviceId} is on ${target} already`);
+  if (placement.moving_to !== target && !(await beginMove(db, serviceId, target)))
+    throw new MoveRefused(`svc_${serviceId} is already moving to ${placement.moving_to}`);
+  return { from: placement.host, to: target };
 }

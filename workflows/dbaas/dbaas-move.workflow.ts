@@ -1,6 +1,6 @@
 import { CancellationScope, workflowInfo } from '@temporalio/workflow';
 import type { DbaasMoveActivities, DbaasMovePlan } from '../../activities/dbaas/move.activities';
-import { familyActivitiesOnHost, onHost } from '../kit/hosts';
+import { familyActivitiesOnHost, onHost, placement } from '../kit/hosts';
 import { familyActivities } from '../kit/proxies';
 
 export interface DbaasMoveInput {
@@ -67,7 +67,7 @@ export async function dbaasMoveWorkflow(input: DbaasMoveInput): Promise<DbaasMov
       // Calls about it are taken again first, then it serves again where it was; then what the new
       // host may hold, and the transfer.
       await CancellationScope.nonCancellable(async () => {
-        await bookkeeping.dbaasEndMove({ serviceId: input.serviceId });
+        await placement.endServiceMove({ serviceId: input.serviceId });
         await familyActivitiesOnHost<DbaasMoveActivities>(from).bookkeeping.dbaasRestartHere({ instance });
         await bookkeeping.dbaasDropTransfer({ transferId });
         await familyActivitiesOnHost<DbaasMoveActivities>(to).bookkeeping.dbaasDiscard({ instance });

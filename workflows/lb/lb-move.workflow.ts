@@ -1,7 +1,7 @@
 import { CancellationScope } from '@temporalio/workflow';
 import type { LbActivities, LbMovePlan } from '../../activities/lb/activities';
 import { familyActivities } from '../kit/proxies';
-import { familyActivitiesOnHost } from '../kit/hosts';
+import { familyActivitiesOnHost, placement } from '../kit/hosts';
 
 export interface LbMoveInput {
   serviceId: number;
@@ -53,7 +53,7 @@ export async function lbMoveWorkflow(input: LbMoveInput): Promise<LbMoveResult> 
       const { to } = plan;
       // Stays where it was, taking changes again; the new host keeps no copy.
       await CancellationScope.nonCancellable(async () => {
-        await bookkeeping.lbEndMove({ serviceId: input.serviceId });
+        await placement.endServiceMove({ serviceId: input.serviceId });
         await familyActivitiesOnHost<LbActivities>(to).bookkeeping.lbDestroyHere({ serviceId: input.serviceId });
       });
     }
