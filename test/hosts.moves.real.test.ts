@@ -1,4 +1,6 @@
 import { execFile } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -130,5 +132,31 @@ describe('moves between two host agents', () => {
     expect(await lbDir('h2').balancerIds()).toEqual([]);
     expect(await dbDir('h2').instanceNames()).toEqual([]);
     await expect(hostsCommand('move', 'svc_1', 'nope')).rejects.toMatchObject({ code: 1, stderr: expect.stringContaining('no host nope') });
+  });
+
+  it('a crafted archive cannot write outside the instance it is unpacked into (extracted as the instance’s own account)', async () => {
+    const svc = await newDatabase();
+    const host = (await hostOf(svc.id)) as 'h1' | 'h2';
+    const instance = (await stack.db('dbaas_instances').where({ service_id: svc.serviceId }).first()).instance as string;
+    // Root's directory outside every instance, and an archive whose `data/escape` is a link to it,
+    // followed by a member that would land in it through the link.
+    const outside = mkdtempSync(path.join(tmpdir(), 'outside-'));
+    chmodSync(outside, 0o755);
+    const craft = mkdtempSync(path.join(tmpdir(), 'craft-'));
+    mkdirSync(path.join(craft, 'a/data'), { recursive: true });
+    symlinkSync(outside, path.join(craft, 'a/data/escape'));
+    mkdirSync(path.join(craft, 'b/data/escape'), { recursive: true });
+    writeFileSync(path.join(craft, 'b/data/escape/pwned'), 'written through a link\n');
+    await execFileAsync('tar', ['-cf', path.join(craft, 'x.tar'), '-C', path.join(craft, 'a'), 'data/escape']);
+    await execFileAsync('tar', ['-rf', path.join(craft, 'x.tar'), '-C', path.join(craft, 'b'), 'data/escape/pwned']);
+    async function* archive() {
+      yield readFileSync(path.join(craft, 'x.tar'));
+    }
+    await dbDir(host)
+      .importFiles(instance, archive())
+      .catch(() => undefined);
+    expect(readdirSync(outside)).toEqual([]);
+    rmSync(craft, { recursive: true, force: true });
+    rmSync(outside, { recursive: true, force: true });
   });
 });
