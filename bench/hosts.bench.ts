@@ -178,6 +178,7 @@ async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }
     LB_BACKEND: 'haproxy',
     DBAAS_BACKEND: 'simulator',
     DNS_BACKEND: 'simulator',
+    OBJECTSTORAGE_BACKEND: 'simulator',
     WEBHOOK_ALLOW_INSECURE_TARGETS: '1',
   };
   const lbBindAddress = `127.202.${randomBytes(1)[0] % 250}.0/24`;

@@ -209,6 +209,24 @@ export const configSchema = z
       }, 'must be an IPv4 range inside 127.0.0.0/8 such as 127.78.0.0/16 (prefix 8 to 30)'),
     /** How often the worker starts the database instances that should run and do not (after a crash or a host restart). */
     DBAAS_KEEPER_INTERVAL: duration('60s'),
+    /** Object storage: `seaweedfs` runs one SeaweedFS (S3 + IAM) per host for every account placed there; `simulator` keeps buckets in PostgreSQL. */
+    OBJECTSTORAGE_BACKEND: z.enum(['seaweedfs', 'simulator']).default('seaweedfs'),
+    /** The host's SeaweedFS: data, settings (its ports, chosen at the first start and kept), pidfile and log. */
+    OBJECTSTORAGE_DATA_DIR: z.string().default(() => defaultServerDataDir('objectstorage')),
+    /** Where the host's SeaweedFS listens (every port of it). */
+    OBJECTSTORAGE_BIND_ADDRESS: z.string().default('127.0.0.1'),
+    /** The S3 port asked for at the server's first start (0: a free one); it is kept in the data directory afterwards. */
+    OBJECTSTORAGE_S3_PORT: z.coerce.number().int().min(0).max(65535).default(0),
+    /** The S3 base URL customers reach this host's server at, when it is not `http://<bind address>:<port>` (a host behind a name or a TLS proxy). */
+    OBJECTSTORAGE_PUBLIC_ENDPOINT: z.string().url().optional(),
+    /** The SigV4 region of the S3 endpoint. */
+    OBJECTSTORAGE_REGION: z.string().regex(/^[a-z0-9-]{1,32}$/).default('us-east-1'),
+    /** How often a host finds buckets created or deleted directly over S3 (SPEC: listed within 10 s). */
+    OBJECTSTORAGE_RECONCILE_INTERVAL: duration('5s'),
+    /** How often a host retakes today's usage snapshot of its buckets (one point per bucket and UTC day). */
+    OBJECTSTORAGE_SNAPSHOT_INTERVAL: duration('1h'),
+    /** How long the buckets of a terminated object storage service are kept before they are deleted. */
+    OBJECTSTORAGE_RETENTION: duration('30d'),
     /** DNS family: `powerdns` (the real server, through its HTTP API) or `simulator` (PostgreSQL, answers no queries). */
     DNS_BACKEND: z.enum(['powerdns', 'simulator']).default('powerdns'),
     /** Where the local run's PowerDNS answers DNS queries (UDP and TCP). */
@@ -333,6 +351,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Part
   if (source.HOST_DATA_DIR) {
     source.LB_DATA_DIR ??= path.join(source.HOST_DATA_DIR, 'lb');
     source.DBAAS_DATA_DIR ??= path.join(source.HOST_DATA_DIR, 'dbaas');
+    source.OBJECTSTORAGE_DATA_DIR ??= path.join(source.HOST_DATA_DIR, 'objectstorage');
   }
   const parsed = configSchema.safeParse(source);
   if (!parsed.success) {

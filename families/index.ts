@@ -8,6 +8,7 @@ import { dbaasFamily } from './dbaas';
 import { dnsFamily } from './dns';
 import { hostsFamily } from './hosts';
 import { lbFamily } from './lb';
+import { objectStorageFamily } from './objectstorage';
 import type { FamilyManifest } from './manifest';
 import { ordersFamily } from './orders';
 import { vpsFamily } from './vps';
@@ -20,7 +21,7 @@ export type { FamilyManifest } from './manifest';
  * table, the dev routes, the providers, the provisioners, the worker's activities and the demo seed
  * read. A family adds one line here. The order is the route table's (and the OpenAPI document's).
  */
-export const families: readonly FamilyManifest[] = [ordersFamily, webhooksFamily, hostsFamily, vpsFamily, lbFamily, dbaasFamily, dnsFamily];
+export const families: readonly FamilyManifest[] = [ordersFamily, webhooksFamily, hostsFamily, vpsFamily, lbFamily, dbaasFamily, dnsFamily, objectStorageFamily];
 
 /** The families' backends, for the provider registry. */
 export function familyBackends(list: readonly FamilyManifest[] = families): AnyBackend[] {

@@ -33,7 +33,7 @@ const READABLE = 16;
 /** What `accountNameFor` makes, and all `removeAccount` and `reapOrphanedAccounts` ever touch. */
 const DERIVED_NAME = /^c(db|lb|dns)-[a-z0-9-]*[0-9a-f]{6}$/;
 
-export type AccountKind = 'db' | 'lb' | 'dns';
+export type AccountKind = 'db' | 'lb' | 'dns' | 's3';
 
 /** Whether servers get accounts of their own here (only root can create accounts). */
 export const isolatedAccounts = (): boolean => process.getuid?.() === 0;

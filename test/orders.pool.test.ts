@@ -63,6 +63,7 @@ describe('order activities on a pool of one connection', () => {
       DNS_BACKEND: 'simulator',
       LB_BACKEND: 'simulator',
       DBAAS_BACKEND: 'simulator',
+      OBJECTSTORAGE_BACKEND: 'simulator',
     });
     const providers = createProviders({ db, config });
     const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);

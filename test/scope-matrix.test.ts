@@ -121,6 +121,19 @@ describe('visibility matrix: an {id} the credential cannot see gets 404', () => 
  */
 const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => Promise<string>> = {
   id: async (svc) => svc.id,
+  // Object storage: a bucket and a key of the account's storage (made by FAMILY_SETUP below).
+  bucket: async (svc) => {
+    const name = `matrix-${svc.serviceId}`;
+    await stack.db('objectstorage_buckets').insert({ name, service_id: svc.serviceId, created_at: new Date() });
+    return name;
+  },
+  key_id: async (svc) => {
+    const [row] = await stack
+      .db('objectstorage_keys')
+      .insert({ service_id: svc.serviceId, name: 'matrix', access_key_id: `AKIAMATRIX${svc.serviceId}` })
+      .returning('id');
+    return `s3k_${row.id}`;
+  },
   zone: async (svc) => {
     const zone = `matrix-${svc.serviceId}.example`;
     const made = await stack.http.post(`/_dev/dns/${svc.id}/zone`, { body: { zone } });
@@ -129,9 +142,29 @@ const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => P
   },
 };
 
+/**
+ * What a family's service needs before its actions can be asked for. The account's object storage
+ * (a per-account singleton: its paths name no service) is its newest service with a storage record.
+ */
+const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => Promise<void>> = {
+  objectstorage: async (svc) => {
+    await stack.db('objectstorage_services').insert({
+      service_id: svc.serviceId,
+      account_id: stack.owner.accountId,
+      s3_endpoint: 'http://127.0.0.1:8333',
+      region: 'us-east-1',
+      bucket_prefix: `cus${stack.owner.accountId}-`,
+    });
+  },
+};
+const SINGLETON_SEGMENTS = new Set(['object-storage']);
+
 async function actionPath(route: AnyRoute, svc: { id: string; serviceId: number }): Promise<string> {
   const names = [...route.path.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);
-  if (!names.some((name) => SERVICE_KEYS[name])) throw new Error(`${route.path} names no service this test knows: add its key to SERVICE_KEYS`);
+  const segment = route.path.split('/')[2];
+  await FAMILY_SETUP[FAMILY_OF_SEGMENT[segment]]?.(svc);
+  if (!SINGLETON_SEGMENTS.has(segment) && !names.some((name) => SERVICE_KEYS[name]))
+    throw new Error(`${route.path} names no service this test knows: add its key to SERVICE_KEYS`);
   const sample = (route.params ? sampleOf(route.params) : {}) as Record<string, unknown>;
   let path = route.path;
   for (const name of names) {

@@ -12,4 +12,5 @@ export * from './hosts';
 export * from './vps';
 export * from './lb';
 export * from './dbaas';
+export * from './objectstorage';
 export * from './services/service-teardown.workflow';

@@ -14,6 +14,7 @@ import * as operationsUnfinished from './20261125000500_operations_unfinished';
 import * as operationsStart from './20261125000600_operations_start';
 import * as hosts from './20261125000700_hosts';
 import * as hostTransfers from './20261125000800_host_transfers';
+import * as objectstorage from './20261125000900_objectstorage';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -40,6 +41,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261125000600_operations_start', operationsStart],
   ['20261125000700_hosts', hosts],
   ['20261125000800_host_transfers', hostTransfers],
+  ['20261125000900_objectstorage', objectstorage],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -62,7 +62,7 @@ export const OPERATION_TYPES = {
   'dbaas.restart': { workflow: null, resource: 'dbaas' },
   // Families not built yet (DECISIONS lists their types): no workflow until they are.
   'caas.deploy': { workflow: null, resource: 'caas' },
-  'objectstorage.empty': { workflow: null, resource: 'objectstorage' },
+  'objectstorage.empty': { workflow: 'objectStorageEmptyWorkflow', resource: 'bucket' },
   'wordpress.backup': { workflow: null, resource: 'wordpress' },
   'wordpress.restore': { workflow: null, resource: 'wordpress' },
   'wordpress.recipe_apply': { workflow: null, resource: 'wordpress' },

@@ -77,6 +77,7 @@ export async function startFaultStack(options: { name: string; postgres: 'privat
     DNS_BACKEND: 'simulator',
     LB_BACKEND: 'simulator',
     DBAAS_BACKEND: 'simulator',
+    OBJECTSTORAGE_BACKEND: 'simulator',
     ...(options.env ?? {}),
   };
   const api = serviceProcess('api', dir, env);

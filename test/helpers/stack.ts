@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { HaproxyLbProvider } from '../../providers/haproxy/haproxy.adapter';
 import { DbInstancesAdapter } from '../../providers/dbinstances/dbinstances.adapter';
+import { stopSeaweedServer } from '../../providers/seaweedfs/seaweedfs.server';
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createApi } from '../../api/bootstrap';
@@ -82,6 +83,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // directories and loopback range.
   const lbDataDir = await mkdtemp(path.join(tmpdir(), 'stack-lb-'));
   const dbaasDataDir = await mkdtemp(path.join(tmpdir(), 'stack-dbaas-'));
+  const objectStorageDataDir = await mkdtemp(path.join(tmpdir(), 'stack-s3-'));
   const lbBindAddress = `127.${100 + (randomBytes(1)[0] % 100)}.${randomBytes(1)[0] % 250}.0/24`;
   const config = loadConfig({
     ...process.env,
@@ -97,11 +99,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     LB_BIND_ADDRESS: lbBindAddress,
     // Database instances of this stack, if a test makes any (never the checkout's .data/).
     DBAAS_DATA_DIR: dbaasDataDir,
+    // The SeaweedFS of this stack, when a test asks for the real server.
+    OBJECTSTORAGE_DATA_DIR: objectStorageDataDir,
     // Simulated backends: most tests are not about the backend, and a real server per stack costs
     // seconds. The tests about PowerDNS, HAProxy and database instances ask for them (options.env).
     DNS_BACKEND: 'simulator',
     LB_BACKEND: 'simulator',
     DBAAS_BACKEND: 'simulator',
+    OBJECTSTORAGE_BACKEND: 'simulator',
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
@@ -167,6 +172,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       await temporal?.teardown();
       await new HaproxyLbProvider({ dataDir: config.LB_DATA_DIR, bindAddress: config.LB_BIND_ADDRESS }).destroyAll();
       await rm(lbDataDir, { recursive: true, force: true });
+      await stopSeaweedServer(config.OBJECTSTORAGE_DATA_DIR);
+      await rm(objectStorageDataDir, { recursive: true, force: true });
       const instances = new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? dbaasDataDir });
       for (const name of await instances.instanceNames()) await instances.destroyInstance(name);
       await rm(dbaasDataDir, { recursive: true, force: true });
