@@ -14,6 +14,7 @@ import { registerHost } from '../domain/hosts/registry';
 import { HOST_NAME_PATTERN } from '../common/hosts';
 import { loadKeyring } from '../infra/master-key';
 import { PowerDnsServer, stopPowerDnsServer } from '../providers/powerdns/powerdns.server';
+import { SeaweedServer, stopSeaweedServer } from '../providers/seaweedfs/seaweedfs.server';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter';
 import { checkoutRanges, joinHostPort, portOrFree, splitHostPort } from '../providers/local-server';
@@ -216,12 +217,21 @@ async function stopServers(): Promise<void> {
           ? new DbInstancesAdapter({ rootDir: config.DBAAS_DATA_DIR ?? defaultServerDataDir('dbaas'), addressRange: config.DBAAS_ADDRESS_RANGE }).stopServers()
           : undefined,
     ],
+    // The host's SeaweedFS, through its pidfile (the seed or the worker's keeper started it).
+    ['object storage', async () => (config.OBJECTSTORAGE_BACKEND === 'seaweedfs' ? stopSeaweedServer(config.OBJECTSTORAGE_DATA_DIR) : undefined)],
     // Through its pidfile: also one this run adopted, or started and lost track of (a Ctrl-C while it started).
     ['PowerDNS', async () => (ownsPowerDns() ? stopPowerDnsServer(path.resolve(root, config.POWERDNS_DATA_DIR)) : undefined)],
   ];
   for (const [what, step] of steps) {
     await step().catch((err: unknown) => console.error(`stopping ${what} failed: ${(err as Error).message}`));
   }
+}
+
+/** Where the host's S3 server answers (its port is chosen at its first start and kept). */
+function objectStorageNote(): string {
+  if (config.OBJECTSTORAGE_BACKEND === 'simulator') return 'object storage simulated (OBJECTSTORAGE_BACKEND=simulator; answers no S3)';
+  const settings = SeaweedServer.settingsOf(config.OBJECTSTORAGE_DATA_DIR);
+  return settings ? `object storage (SeaweedFS) S3 at http://${settings.bindAddress}:${settings.ports.s3}` : 'object storage (SeaweedFS) starts with the first object storage';
 }
 
 /** The name of this checkout's host: the one `.data/host-name` keeps, else the machine's (kept there). */
@@ -243,7 +253,7 @@ let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  console.log('\nstopping API, worker, Temporal, load balancers, database instances and PowerDNS...');
+  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage and PowerDNS...');
   // API and worker first (they drain, and the worker's keepers would start the servers again), Temporal last.
   for (const child of [...children].reverse()) {
     if (child.exitCode === null) child.kill('SIGTERM');
@@ -329,6 +339,7 @@ async function main() {
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})
   DNS          ${dnsNote}
   Servers      host ${config.HOST_NAME}: balancers in ${config.LB_BIND_ADDRESS}, database instances in ${config.DBAAS_ADDRESS_RANGE}
+               ${objectStorageNote()}
                data in ${path.dirname(path.resolve(config.LB_DATA_DIR))}${moved.map((line) => `\n  Moved        ${line}`).join('')}
 
   Sign in      owner@example.test / ${passwords.owner}   ${passwordNote}
