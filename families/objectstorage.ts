@@ -23,7 +23,7 @@ export const objectStorageFamily = defineFamily({
   // The host's server runs, buckets made over S3 are found, and usage is snapshotted: for the accounts placed on this host.
   keepers: ({ db, providers, logger, config }) => {
     const host = providers.hosts.places('objectstorage') && providers.hosts.self ? { host: providers.hosts.self } : {};
-    const common = { db, objectstorage: providers.objectstorage, logger, ...host };
+    const common = { db, objectstorage: providers.objectstorage, local: providers.local.objectstorage ?? providers.objectstorage, logger, ...host };
     return [
       new ObjectStorageKeeper({ ...common, intervalMs: config.OBJECTSTORAGE_RECONCILE_INTERVAL, retentionMs: config.OBJECTSTORAGE_RETENTION }),
       new ObjectStorageSnapshots({ ...common, intervalMs: config.OBJECTSTORAGE_SNAPSHOT_INTERVAL }),

@@ -231,7 +231,9 @@ async function stopServers(): Promise<void> {
 function objectStorageNote(): string {
   if (config.OBJECTSTORAGE_BACKEND === 'simulator') return 'object storage simulated (OBJECTSTORAGE_BACKEND=simulator; answers no S3)';
   const settings = SeaweedServer.settingsOf(config.OBJECTSTORAGE_DATA_DIR);
-  return settings ? `object storage (SeaweedFS) S3 at http://${settings.bindAddress}:${settings.ports.s3}` : 'object storage (SeaweedFS) starts with the first object storage';
+  return settings
+    ? `object storage (SeaweedFS) S3 at http://${settings.bindAddress}:${settings.ports.s3}`
+    : 'object storage (SeaweedFS) starts with the first object storage';
 }
 
 /** The name of this checkout's host: the one `.data/host-name` keeps, else the machine's (kept there). */

@@ -1,14 +1,10 @@
-import {
-  CreateBucketCommand,
-  GetObjectCommand,
-  HeadBucketCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  type S3Client,
-} from '@aws-sdk/client-s3';
+import { CreateBucketCommand, GetObjectCommand, HeadBucketCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createObjectStorageActivities } from '../activities/objectstorage/activities';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
+import { SeaweedServer } from '../providers/seaweedfs/seaweedfs.server';
 import { eventually, provisionStorage, s3Client, s3Outcome } from './objectstorage.support';
 import { waitForOperation } from './vps.support';
 
@@ -22,6 +18,7 @@ let stack: Stack;
 let token: string;
 let storage: { s3_endpoint: string; region: string; bucket_prefix: string; service_id: string };
 let prefix: string;
+let storageServiceId: number;
 
 const api = {
   post: (path: string, body?: unknown, t = token) => stack.http.post(path, { token: t, body }),
@@ -44,17 +41,30 @@ async function newBucket(name: string, t = token): Promise<void> {
 
 /** Keys sign requests within 5 s of their creation (DECISIONS); the first request waits for that. */
 async function ready(client: S3Client, bucket: string): Promise<void> {
-  const outcome = await eventually(() => s3Outcome(client.send(new ListObjectsV2Command({ Bucket: bucket, MaxKeys: 1 }))), (o) => o === 'ok', 5_000);
+  const outcome = await eventually(
+    () => s3Outcome(client.send(new ListObjectsV2Command({ Bucket: bucket, MaxKeys: 1 }))),
+    (o) => o === 'ok',
+    5_000,
+  );
   expect(outcome).toBe('ok');
 }
 
 beforeAll(async () => {
   stack = await startStack({
     temporal: 'dev',
-    env: { OBJECTSTORAGE_BACKEND: 'seaweedfs', OBJECTSTORAGE_RECONCILE_INTERVAL: '300ms', OBJECTSTORAGE_SNAPSHOT_INTERVAL: '1h', CLOUD_DEV_ENDPOINTS: '1' },
+    env: {
+      OBJECTSTORAGE_BACKEND: 'seaweedfs',
+      OBJECTSTORAGE_RECONCILE_INTERVAL: '300ms',
+      OBJECTSTORAGE_SNAPSHOT_INTERVAL: '1h',
+      // Only the termination test ends a storage: its buckets go a few seconds later.
+      OBJECTSTORAGE_RETENTION: '3s',
+      // The worker replaced in the empty test leaves its workflows on its sticky queue this long.
+      TEMPORAL_STICKY_TIMEOUT: '1s',
+      CLOUD_DEV_ENDPOINTS: '1',
+    },
   });
   token = stack.owner.key;
-  await provisionStorage(stack, stack.owner.accountId);
+  storageServiceId = (await provisionStorage(stack, stack.owner.accountId)).serviceId;
   const res = await api.get('/v1/object-storage');
   expect(res.status, res.text).toBe(200);
   storage = res.body;
@@ -106,7 +116,8 @@ describe('object storage on SeaweedFS', () => {
   it('another account’s key reaches none of this account’s buckets, and may not claim its prefix', async () => {
     const { accountId } = await createAccount(stack.db);
     const owner = await createUser(stack.db, accountId, { isOwner: true });
-    const otherToken = (await createApiKey(stack.db, accountId, owner.userId, { scopes: ['objectstorage:read', 'objectstorage:write', 'objectstorage:keys'] })).token;
+    const otherToken = (await createApiKey(stack.db, accountId, owner.userId, { scopes: ['objectstorage:read', 'objectstorage:write', 'objectstorage:keys'] }))
+      .token;
     await provisionStorage(stack, accountId);
     const otherStorage = (await api.get('/v1/object-storage', otherToken)).body;
     expect(otherStorage.bucket_prefix).toBe(`cus${accountId}-`);
@@ -186,7 +197,13 @@ describe('object storage on SeaweedFS', () => {
 
     const priv = await api.patch(`/v1/object-storage/buckets/${bucket}`, { access: 'private' });
     expect(priv.body).toMatchObject({ access: 'private', public_url: pub.body.public_url });
-    expect(await eventually(async () => (await fetch(objectUrl)).status, (s) => s === 403, 5_000)).toBe(403);
+    expect(
+      await eventually(
+        async () => (await fetch(objectUrl)).status,
+        (s) => s === 403,
+        5_000,
+      ),
+    ).toBe(403);
     const again = await api.patch(`/v1/object-storage/buckets/${bucket}`, { access: 'public' });
     expect(again.body.public_url).toBe(pub.body.public_url);
     await api.patch(`/v1/object-storage/buckets/${bucket}`, { access: 'private' });
@@ -248,7 +265,8 @@ describe('object storage on SeaweedFS', () => {
     const client = s3Client(storage, await newKey('many'));
     await ready(client, bucket);
     const names = Array.from({ length: 1005 }, (_, i) => `o${String(i).padStart(4, '0')}`);
-    for (let i = 0; i < names.length; i += 50) await Promise.all(names.slice(i, i + 50).map((Key) => client.send(new PutObjectCommand({ Bucket: bucket, Key, Body: 'x' }))));
+    for (let i = 0; i < names.length; i += 50)
+      await Promise.all(names.slice(i, i + 50).map((Key) => client.send(new PutObjectCommand({ Bucket: bucket, Key, Body: 'x' }))));
     const first = await api.get(`/v1/object-storage/buckets/${bucket}/objects`);
     expect(first.body.data).toHaveLength(1000);
     expect(first.body.has_more).toBe(true);
@@ -279,6 +297,27 @@ describe('object storage on SeaweedFS', () => {
     expect(listing.body.data).toEqual([]);
     expect((await api.get(`/v1/object-storage/buckets/${bucket}`)).status).toBe(200);
     expect(await stack.db('objectstorage_empty_pages').where({ operation_id: res.body.id })).toEqual([]);
+  });
+
+  it('a page retried after its worker died deletes the same keys and reports the same count (the page journal)', async () => {
+    const bucket = `${prefix}journal`;
+    await newBucket(bucket);
+    const client = s3Client(storage, await newKey('journal'));
+    await ready(client, bucket);
+    const names = Array.from({ length: 1050 }, (_, i) => `j${String(i).padStart(4, '0')}`);
+    for (let i = 0; i < names.length; i += 50)
+      await Promise.all(names.slice(i, i + 50).map((Key) => client.send(new PutObjectCommand({ Bucket: bucket, Key, Body: 'x' }))));
+    const activities = createObjectStorageActivities({ db: stack.db, providers: stack.api.deps.providers });
+    const env = new MockActivityEnvironment();
+    const page = (n: number) => env.run(activities.objectStorageEmptyPage, { operationId: 'op_journal_test', page: n, serviceId: storageServiceId, bucket });
+    expect(await page(0)).toEqual({ deleted: 1000, done: false });
+    // The same page again, as after a worker that deleted but died before reporting: same keys, same count, nothing else touched.
+    expect(await page(0)).toEqual({ deleted: 1000, done: false });
+    expect((await client.send(new ListObjectsV2Command({ Bucket: bucket }))).KeyCount).toBe(50);
+    expect(await page(1)).toEqual({ deleted: 50, done: false });
+    expect(await page(2)).toEqual({ deleted: 0, done: true });
+    await env.run(activities.objectStorageEmptyForget, { operationId: 'op_journal_test' });
+    expect(await stack.db('objectstorage_empty_pages').where({ operation_id: 'op_journal_test' })).toEqual([]);
   });
 
   it('refuses to delete a bucket with objects and touches nothing; purge=true deletes it with everything', async () => {
@@ -353,5 +392,56 @@ describe('object storage on SeaweedFS', () => {
     const key = await newKey('audited');
     const rows = await stack.db('audit_logs').select('*');
     expect(JSON.stringify(rows)).not.toContain(key.secret_access_key);
+  });
+
+  it('termination deletes the keys at once and keeps the buckets for the retention, then deletes them', async () => {
+    const { accountId } = await createAccount(stack.db);
+    const owner = await createUser(stack.db, accountId, { isOwner: true });
+    const t = (await createApiKey(stack.db, accountId, owner.userId, { scopes: ['objectstorage:read', 'objectstorage:write', 'objectstorage:keys'] })).token;
+    const service = await provisionStorage(stack, accountId);
+    const theirs = (await api.get('/v1/object-storage', t)).body;
+    const bucket = `cus${accountId}-kept`;
+    await newBucket(bucket, t);
+    const client = s3Client(theirs, await newKey('to be terminated', undefined, t));
+    await ready(client, bucket);
+    await client.send(new PutObjectCommand({ Bucket: bucket, Key: 'data.txt', Body: 'kept for a while' }));
+    const settings = SeaweedServer.settingsOf(stack.config.OBJECTSTORAGE_DATA_DIR)!;
+    const admin = s3Client(theirs, { access_key_id: settings.admin.accessKeyId, secret_access_key: settings.admin.secretAccessKey });
+
+    const terminated = await stack.http.post(`/_dev/services/${service.id}/terminate`, {});
+    expect(terminated.status, terminated.text).toBe(200);
+    // The teardown workflow deletes the keys: requests signed with them are refused.
+    expect(
+      await eventually(
+        () => s3Outcome(client.send(new GetObjectCommand({ Bucket: bucket, Key: 'data.txt' }))),
+        (o) => o !== 'ok',
+        15_000,
+      ),
+    ).not.toBe('ok');
+    expect((await api.get('/v1/object-storage/keys', t)).body.data).toEqual([]);
+    // The bucket is still there, and readable as the account's storage (terminated), but not changeable.
+    expect(await s3Outcome(admin.send(new HeadBucketCommand({ Bucket: bucket })))).toBe('ok');
+    const single = await api.get('/v1/object-storage', t);
+    expect(single.body.status).toBe('terminated');
+    const refused = await api.post('/v1/object-storage/buckets', { name: `cus${accountId}-new` }, t);
+    expect(refused.status).toBe(409);
+    // After the retention the host's keeper deletes the buckets with their contents and forgets the storage.
+    expect(
+      await eventually(
+        () => s3Outcome(admin.send(new HeadBucketCommand({ Bucket: bucket }))),
+        (o) => o !== 'ok',
+        20_000,
+      ),
+    ).not.toBe('ok');
+    expect(
+      (
+        await eventually(
+          () => api.get('/v1/object-storage', t),
+          (r) => r.status === 404,
+          5_000,
+        )
+      ).status,
+    ).toBe(404);
+    expect(await stack.db('objectstorage_buckets').where({ service_id: service.serviceId })).toEqual([]);
   });
 });

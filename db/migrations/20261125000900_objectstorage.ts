@@ -21,6 +21,9 @@ export async function up(knex: Knex): Promise<void> {
     t.text('s3_endpoint').notNullable();
     t.text('region').notNullable();
     t.text('bucket_prefix').notNullable();
+    // The host whose server holds its buckets (null: on no host, the simulator). Kept after termination,
+    // when the placement is released, so that host's keeper deletes the buckets after the retention.
+    t.text('host');
     // Set when billing terminated the service: its keys are gone, its buckets go after the retention.
     t.timestamp('terminated_at', { useTz: true });
     t.timestamp('created_at', { useTz: true }).notNullable().defaultTo(knex.fn.now());

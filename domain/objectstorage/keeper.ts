@@ -10,6 +10,11 @@ import { takeSnapshot } from './usage';
 interface KeeperDeps {
   db: Knex;
   objectstorage: ObjectStorageProvider;
+  /**
+   * The host's own adapter, not routed by placement (a terminated service's placement is released
+   * while its buckets wait out the retention); the routed provider when the family is on no host.
+   */
+  local: ObjectStorageProvider;
   logger: Logger;
   /** The host whose accounts it keeps (its own); every recorded one when object storage runs on no host (the simulator). */
   host?: string;
@@ -30,7 +35,7 @@ export class ObjectStorageKeeper extends PeriodicService {
   }
 
   async pass(): Promise<void> {
-    const { db, objectstorage, logger, host } = this.deps;
+    const { db, objectstorage, local, logger, host } = this.deps;
     try {
       for (const storage of await storagesToKeep(db, host)) {
         try {
@@ -44,10 +49,10 @@ export class ObjectStorageKeeper extends PeriodicService {
       for (const storage of await storagesPastRetention(db, new Date(Date.now() - this.deps.retentionMs), host)) {
         try {
           for (const bucket of await bucketsOf(db, storage.service_id)) {
-            await objectstorage.deleteBucket(storage.service_id, bucket.name, { purge: true });
+            await local.deleteBucket(storage.service_id, bucket.name, { purge: true });
             await forgetBucket(db, storage.service_id, bucket.name);
           }
-          await objectstorage.close(storage.service_id);
+          await local.close(storage.service_id);
           await forgetStorage(db, storage.service_id);
           await releaseService(db, storage.service_id);
           logger.info({ service: `svc_${storage.service_id}` }, 'object storage of a terminated service deleted after its retention');

@@ -35,7 +35,7 @@ export class ObjectStorageProvisioner implements ServiceProvisioner {
   }
 
   async provision(service: ProvisionTarget): Promise<void> {
-    await placeIfHosted(this.db, this.hosts, 'objectstorage', service.id);
+    const host = await placeIfHosted(this.db, this.hosts, 'objectstorage', service.id);
     const endpoint = await this.objectstorage.open(service.id);
     await recordStorage(this.db, {
       service_id: service.id,
@@ -43,6 +43,7 @@ export class ObjectStorageProvisioner implements ServiceProvisioner {
       s3_endpoint: endpoint.s3Endpoint,
       region: endpoint.region,
       bucket_prefix: bucketPrefixOf(service.accountId),
+      host,
     });
   }
 

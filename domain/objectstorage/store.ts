@@ -15,6 +15,7 @@ export interface StorageRow {
   s3_endpoint: string;
   region: string;
   bucket_prefix: string;
+  host: string | null;
   terminated_at: Date | null;
   created_at: Date;
 }
@@ -93,7 +94,7 @@ export async function lockStorage(trx: Knex.Transaction, serviceId: number): Pro
 }
 
 export async function recordStorage(db: Knex, row: Omit<StorageRow, 'created_at' | 'terminated_at'>): Promise<void> {
-  await db('objectstorage_services').insert(row).onConflict('service_id').merge(['s3_endpoint', 'region']);
+  await db('objectstorage_services').insert(row).onConflict('service_id').merge(['s3_endpoint', 'region', 'host']);
 }
 
 /** Every bucket of the service, by name. */
@@ -175,7 +176,8 @@ export async function storagesToKeep(db: Knex, host?: string): Promise<StorageRo
 /** The storages terminated before `before` (their buckets are deleted: the retention sweep). */
 export async function storagesPastRetention(db: Knex, before: Date, host?: string): Promise<StorageRow[]> {
   const query = db('objectstorage_services').where('objectstorage_services.terminated_at', '<', before).select('objectstorage_services.*');
-  if (host !== undefined) query.join('placements', 'placements.service_id', 'objectstorage_services.service_id').where('placements.host', host);
+  // By the host recorded at provisioning: the placement is released at termination.
+  if (host !== undefined) query.where('objectstorage_services.host', host);
   const rows: StorageRow[] = await query;
   return rows.map((r) => ({ ...r, service_id: Number(r.service_id), account_id: Number(r.account_id) }));
 }
