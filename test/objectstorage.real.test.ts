@@ -388,6 +388,38 @@ describe('object storage on SeaweedFS', () => {
     }
   });
 
+  it('exploits: the filer and volume ports refuse requests that go round S3, and a presigned key cannot climb out of its bucket', async () => {
+    const settings = SeaweedServer.settingsOf(stack.config.OBJECTSTORAGE_DATA_DIR)!;
+    const filer = `http://${settings.bindAddress}:${settings.ports.filer}`;
+    // The filer's HTTP API would hand out every bucket's objects, and take writes, to any process on the host.
+    expect((await fetch(`${filer}/buckets/${prefix}alpha/hello.txt`)).status).toBe(401);
+    expect((await fetch(`${filer}/buckets/`, { headers: { accept: 'application/json' } })).status).toBe(401);
+    expect((await fetch(`${filer}/buckets/${prefix}alpha/planted.txt`, { method: 'PUT', body: 'x' })).status).toBe(401);
+
+    // Another account's bucket, and a URL presigned by this account's key whose object key walks up into it.
+    const { accountId } = await createAccount(stack.db);
+    const owner = await createUser(stack.db, accountId, { isOwner: true });
+    const t = (await createApiKey(stack.db, accountId, owner.userId, { scopes: ['objectstorage:read', 'objectstorage:write', 'objectstorage:keys'] })).token;
+    await provisionStorage(stack, accountId);
+    const victim = `cus${accountId}-victim`;
+    await newBucket(victim, t);
+    const theirs = s3Client((await api.get('/v1/object-storage', t)).body, await newKey('victim', undefined, t));
+    await ready(theirs, victim);
+    await theirs.send(new PutObjectCommand({ Bucket: victim, Key: 'secret.txt', Body: 'not yours' }));
+    const signer = await newKey('climber');
+    await ready(s3Client(storage, signer), `${prefix}alpha`);
+    for (const key of [`../${victim}/secret.txt`, `..%2F${victim}%2Fsecret.txt`, `/../${victim}/secret.txt`]) {
+      const url = await api.post(`/v1/object-storage/buckets/${prefix}alpha/presign`, { key, method: 'GET', key_id: signer.id });
+      expect(url.status, url.text).toBe(200);
+      const res = await fetch(url.body.url);
+      expect(res.status, `${key}: ${url.body.url}`).not.toBe(200);
+      expect(await res.text()).not.toContain('not yours');
+    }
+    // Bucket names in paths are the API's to check: a traversal is no bucket of the account.
+    expect((await api.get(`/v1/object-storage/buckets/..%2F${victim}`)).status).toBe(404);
+    expect((await api.post(`/v1/object-storage/buckets/${victim}/presign`, { key: 'secret.txt', method: 'GET', key_id: signer.id })).status).toBe(404);
+  });
+
   it('keeps secrets out of the audit log and the logs of requests', async () => {
     const key = await newKey('audited');
     const rows = await stack.db('audit_logs').select('*');

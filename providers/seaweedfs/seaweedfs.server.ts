@@ -67,6 +67,11 @@ export interface SeaweedSettings {
   };
   admin: { accessKeyId: string; secretAccessKey: string };
   region: string;
+  /**
+   * Signing keys of the JWTs its parts exchange: the filer's and the volume servers' HTTP ports then
+   * refuse requests without one (no way round the S3 policies from another process on the host).
+   */
+  jwt?: { volumeWrite: string; volumeRead: string; filerWrite: string; filerRead: string };
 }
 
 export interface SeaweedServerOptions {
@@ -129,7 +134,31 @@ async function chooseSettings(options: SeaweedServerOptions): Promise<SeaweedSet
     // AWS-shaped, so that any client library accepts them; only the control plane ever holds them.
     admin: { accessKeyId: `ADMIN${randomBytes(8).toString('hex').toUpperCase()}`, secretAccessKey: randomBytes(30).toString('base64url') },
     region: options.region,
+    jwt: newJwtKeys(),
   };
+}
+
+const newJwtKeys = () => ({
+  volumeWrite: randomBytes(32).toString('base64url'),
+  volumeRead: randomBytes(32).toString('base64url'),
+  filerWrite: randomBytes(32).toString('base64url'),
+  filerRead: randomBytes(32).toString('base64url'),
+});
+
+/** `security.toml`, which weed reads from its working directory (`data/`). */
+function securityText(jwt: NonNullable<SeaweedSettings['jwt']>): string {
+  return [
+    '# Written by providers/seaweedfs/seaweedfs.server.ts on every start; edits are overwritten.',
+    '[jwt.signing]',
+    `key = "${jwt.volumeWrite}"`,
+    '[jwt.signing.read]',
+    `key = "${jwt.volumeRead}"`,
+    '[jwt.filer_signing]',
+    `key = "${jwt.filerWrite}"`,
+    '[jwt.filer_signing.read]',
+    `key = "${jwt.filerRead}"`,
+    '',
+  ].join('\n');
 }
 
 function argsOf(dataDir: string, s: SeaweedSettings): string[] {
@@ -263,8 +292,8 @@ export class SeaweedServer {
 
   private static async launch(dataDir: string, binary: string, account: OsAccount | null, options: SeaweedServerOptions): Promise<SeaweedServer> {
     let settings = readSettings(dataDir);
-    if (!settings) {
-      settings = await chooseSettings(options);
+    if (!settings || !settings.jwt) {
+      settings = settings ? { ...settings, jwt: newJwtKeys() } : await chooseSettings(options);
       writeFileSync(path.join(dataDir, SETTINGS), JSON.stringify(settings, null, 2), { mode: 0o600 });
     }
     chmodSync(path.join(dataDir, SETTINGS), 0o600);
@@ -279,6 +308,11 @@ export class SeaweedServer {
       chownSync(identities, 0, account.gid);
       await ownedDirectory(path.join(dataDir, 'data'), account);
     }
+    // In the server's own directory, written through a fresh file (the account could have planted a link).
+    const security = path.join(dataDir, 'data', 'security.toml');
+    rmSync(security, { force: true });
+    writeFileSync(security, securityText(settings.jwt!), { mode: 0o600, flag: 'wx' });
+    if (account) chownSync(security, account.uid, account.gid);
     const logFile = path.join(dataDir, LOGFILE);
     const program = account ? serverCopyOf(binary, dataDir) : binary;
     const pid = await spawnDetached(program, argsOf(dataDir, settings), {

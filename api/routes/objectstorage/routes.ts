@@ -59,8 +59,13 @@ async function storageTarget(deps: AppDeps, principal: Principal, capability: st
 
 const manageDeps = (deps: AppDeps) => ({ db: deps.db, objectstorage: deps.providers.objectstorage, keyring: deps.keyring });
 
-/** Bucket list order: newest first by the time it was recorded, then by name (unique). */
-const bucketListKey = (row: { recorded_at: Date; name: string }) => `${String(row.recorded_at.getTime()).padStart(15, '0')}|${row.name}`;
+/**
+ * Bucket list order: newest first by the time it was recorded, then by name (unique). The cursor
+ * keeps that time in microseconds, PostgreSQL's precision: buckets recorded in one transaction (the
+ * reconcile pass) share it, and a millisecond cursor would skip some of them.
+ */
+const RECORDED_US = '(extract(epoch from recorded_at) * 1000000)::bigint';
+const bucketListKey = (row: { recorded_us: number | string; name: string }) => `${String(row.recorded_us).padStart(17, '0')}|${row.name}`;
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 const validDay = (s: string) => DAY.test(s) && !Number.isNaN(Date.parse(`${s}T00:00:00Z`)) && new Date(`${s}T00:00:00Z`).toISOString().startsWith(s);
@@ -99,18 +104,20 @@ export const objectStorageRoutes = [
     async handler({ query, principal, deps }) {
       const { storage } = await storageTarget(deps, principal, 'buckets');
       const page = await keysetFetch(
-        async (after, take): Promise<BucketRow[]> => {
-          const qb = deps.db('objectstorage_buckets').where({ service_id: storage.service_id });
+        async (after, take): Promise<Array<BucketRow & { recorded_us: string }>> => {
+          const qb = deps
+            .db('objectstorage_buckets')
+            .where({ service_id: storage.service_id })
+            .select('*', deps.db.raw(`${RECORDED_US} as recorded_us`));
           if (typeof after === 'string') {
-            const [ms, name] = [Number(after.slice(0, 15)), after.slice(16)];
-            qb.where((w) => w.where('recorded_at', '<', new Date(ms)).orWhere((x) => x.where('recorded_at', '=', new Date(ms)).andWhere('name', '>', name)));
+            const m = /^(\d{17})\|(.*)$/.exec(after);
+            if (!m) throw validationFailed([{ param: 'cursor', message: 'is not a cursor issued for this list' }]);
+            const [us, name] = [m[1].replace(/^0+(?=\d)/, ''), m[2]];
+            qb.where((w) =>
+              w.whereRaw(`${RECORDED_US} < ?::bigint`, [us]).orWhere((x) => x.whereRaw(`${RECORDED_US} = ?::bigint`, [us]).andWhere('name', '>', name)),
+            );
           }
-          return qb
-            .orderBy([
-              { column: 'recorded_at', order: 'desc' },
-              { column: 'name', order: 'asc' },
-            ])
-            .limit(take);
+          return qb.orderByRaw(`${RECORDED_US} desc, name asc`).limit(take);
         },
         {
           cursors: deps.cursors,
