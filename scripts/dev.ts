@@ -285,6 +285,10 @@ async function main() {
     config,
   });
   await db.destroy();
+  // The host's SeaweedFS (started by the seed) has ports besides S3 that take unauthenticated admin
+  // calls (its master, gRPC): outbound fetches made for customers may not reach any of them.
+  const seaweed = config.OBJECTSTORAGE_BACKEND === 'seaweedfs' ? SeaweedServer.settingsOf(config.OBJECTSTORAGE_DATA_DIR) : null;
+  if (seaweed) env.WEBHOOK_PROTECTED_PORTS = [env.WEBHOOK_PROTECTED_PORTS, ...Object.values(seaweed.ports)].filter(Boolean).join(',');
 
   if (await portOpen(config.TEMPORAL_ADDRESS)) {
     console.log(`Temporal already answers at ${config.TEMPORAL_ADDRESS}; using it`);

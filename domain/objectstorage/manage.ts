@@ -74,8 +74,10 @@ export async function createBucket(deps: ManageDeps, storage: StorageRow, name: 
     if (!(await insertBucket(trx, { name, service_id: locked.service_id, created_at: new Date() }))) {
       throw conflict(`A bucket named ${name} exists already.`, 'already_exists');
     }
+    let made = false;
     try {
       await deps.objectstorage.createBucket(locked.service_id, name);
+      made = true;
     } catch (err) {
       // Made over S3 by one of this account's keys and not found by the reconcile pass yet: it is this bucket.
       const ours = err instanceof BackendRefusedError && err.code === 'already_exists' && name.startsWith(locked.bucket_prefix);
@@ -84,12 +86,18 @@ export async function createBucket(deps: ManageDeps, storage: StorageRow, name: 
         throw err;
       }
     }
-    await renderKeys(
-      trx,
-      deps,
-      locked,
-      (await bucketsOf(trx, locked.service_id)).map((b) => b.name),
-    );
+    try {
+      await renderKeys(
+        trx,
+        deps,
+        locked,
+        (await bucketsOf(trx, locked.service_id)).map((b) => b.name),
+      );
+    } catch (err) {
+      // The record rolls back: the bucket made for it goes too (it is empty), so nothing is left applied.
+      if (made) await deps.objectstorage.deleteBucket(locked.service_id, name, { purge: false }).catch(() => undefined);
+      throw err;
+    }
     return requireBucket(trx, locked.service_id, name);
   });
 }
@@ -182,6 +190,7 @@ export async function presign(
     forcePathStyle: true,
     credentials: { accessKeyId: signer.access_key_id, secretAccessKey: deps.keyring.decrypt(S3_SECRET_PURPOSE, signer.secret_sealed) },
     requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
   });
   const now = new Date();
   const command =

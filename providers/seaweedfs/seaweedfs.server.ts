@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, copyFileSync, existsSync, renameSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   ensureReachable,
@@ -247,11 +247,13 @@ export class SeaweedServer {
     return `http://${this.settings.bindAddress}:${this.settings.ports.metrics}/metrics`;
   }
 
-  /** Identifies this run of the process: counters start again from zero when it changes. */
+  /** Identifies this run of the process (its pid and start time): counters start again from zero when it changes. */
   get epoch(): string {
     let started = '';
     try {
-      started = String(statSync(`/proc/${this.pid}`).ctimeMs);
+      // Field 22 of /proc/<pid>/stat, counted after the command name (which may hold spaces).
+      const stat = readFileSync(`/proc/${this.pid}/stat`, 'utf8');
+      started = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
     } catch {
       // gone: the next start has another pid anyway
     }
