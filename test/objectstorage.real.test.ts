@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createObjectStorageActivities } from '../activities/objectstorage/activities';
 import { createAccount, createApiKey, createUser } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
-import { SeaweedServer } from '../providers/seaweedfs/seaweedfs.server';
+import { SeaweedServer, stopSeaweedServer } from '../providers/seaweedfs/seaweedfs.server';
 import { eventually, provisionStorage, s3Client, s3Outcome } from './objectstorage.support';
 import { waitForOperation } from './vps.support';
 
@@ -424,6 +424,39 @@ describe('object storage on SeaweedFS', () => {
     const key = await newKey('audited');
     const rows = await stack.db('audit_logs').select('*');
     expect(JSON.stringify(rows)).not.toContain(key.secret_access_key);
+  });
+
+  it('a restarted server keeps the keys, their policies, public access and the objects', async () => {
+    const bucket = `${prefix}restart`;
+    await newBucket(bucket);
+    const scoped = await newKey('survivor', bucket);
+    const client = s3Client(storage, scoped);
+    await ready(client, bucket);
+    await client.send(new PutObjectCommand({ Bucket: bucket, Key: 'hello.txt', Body: 'still here' }));
+    await api.patch(`/v1/object-storage/buckets/${bucket}`, { access: 'public' });
+    await eventually(
+      async () => (await fetch(`${storage.s3_endpoint}/${bucket}/hello.txt`)).status,
+      (s) => s === 200,
+      5_000,
+    );
+
+    await stopSeaweedServer(stack.config.OBJECTSTORAGE_DATA_DIR);
+    expect(await s3Outcome(client.send(new GetObjectCommand({ Bucket: bucket, Key: 'hello.txt' })))).not.toBe('ok');
+    // The host's keeper starts it again, on the same port.
+    const back = await eventually(
+      () => s3Outcome(client.send(new GetObjectCommand({ Bucket: bucket, Key: 'hello.txt' }))),
+      (o) => o === 'ok',
+      30_000,
+      200,
+    );
+    expect(back).toBe('ok');
+    // Still scoped: the bucket beside it stays out of reach.
+    await newBucket(`${prefix}restart-other`);
+    expect(await s3Outcome(client.send(new ListObjectsV2Command({ Bucket: `${prefix}restart-other` })))).toBe('AccessDenied');
+    expect((await fetch(`${storage.s3_endpoint}/${bucket}/hello.txt`)).status).toBe(200);
+    await api.patch(`/v1/object-storage/buckets/${bucket}`, { access: 'private' });
+    // And the API's calls reach it again.
+    expect((await api.get(`/v1/object-storage/buckets/${bucket}/objects`)).status).toBe(200);
   });
 
   it('termination deletes the keys at once and keeps the buckets for the retention, then deletes them', async () => {

@@ -41,6 +41,11 @@ const PIDFILE = 'weed.pid';
 const LOGFILE = 'weed.log';
 const SETTINGS = 'server.json';
 const IDENTITIES = 's3.json';
+/**
+ * SIGTERM, then SIGKILL after this: weed's graceful stop hangs on its gRPC servers (it never exits
+ * by itself here), and its stores are crash-safe (append-only volumes, LevelDB filer metadata).
+ */
+const STOP_GRACE_MS = 2_000;
 
 /** The checkout's own copy of the binary (scripts/install/seaweedfs.sh puts it there). */
 const CHECKOUT_BINARY = path.resolve(__dirname, '../../.tools/venv/bin/weed');
@@ -171,6 +176,8 @@ function argsOf(dataDir: string, s: SeaweedSettings): string[] {
     `-master.port=${p.master}`,
     `-master.port.grpc=${p.masterGrpc}`,
     // Each bucket is a collection that grows volumes of its own; small ones, and room for many.
+    // One master: a restart elects it at once instead of after the default 10 s.
+    '-master.electionTimeout=1s',
     '-master.volumeSizeLimitMB=256',
     '-volume.max=200',
     `-volume.port=${p.volume}`,
@@ -360,7 +367,7 @@ export class SeaweedServer {
 
   async stop(): Promise<void> {
     await stopSeaweedServer(this.dataDir);
-    await stopProcess(this.pid, serverOf(this.dataDir), 10_000);
+    await stopProcess(this.pid, serverOf(this.dataDir), STOP_GRACE_MS);
   }
 }
 
@@ -369,6 +376,6 @@ export async function stopSeaweedServer(dataDir: string): Promise<void> {
   const dir = path.resolve(dataDir);
   const pidfile = path.join(dir, PIDFILE);
   const pid = await readPidFile(pidfile);
-  if (pid !== null) await stopProcess(pid, serverOf(dir), 10_000);
+  if (pid !== null) await stopProcess(pid, serverOf(dir), STOP_GRACE_MS);
   rmSync(pidfile, { force: true });
 }
