@@ -2,7 +2,8 @@ import { CreateBucketCommand, GetObjectCommand, HeadBucketCommand, ListObjectsV2
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createObjectStorageActivities } from '../activities/objectstorage/activities';
-import { createAccount, createApiKey, createUser } from './helpers/fixtures';
+import { seedObjectStorage, demoBucketOf } from '../db/seeds/objectstorage.seed';
+import { createAccount, createApiKey, createService, createUser } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
 import { SeaweedServer, stopSeaweedServer } from '../providers/seaweedfs/seaweedfs.server';
 import { eventually, provisionStorage, s3Client, s3Outcome } from './objectstorage.support';
@@ -508,5 +509,27 @@ describe('object storage on SeaweedFS', () => {
       ).status,
     ).toBe(404);
     expect(await stack.db('objectstorage_buckets').where({ service_id: service.serviceId })).toEqual([]);
+  });
+
+  it('the demo seed gives a storage a real bucket with an object and a key that presigns a working URL, and is idempotent', async () => {
+    const { accountId } = await createAccount(stack.db);
+    const owner = await createUser(stack.db, accountId, { isOwner: true });
+    const t = (await createApiKey(stack.db, accountId, owner.userId, { scopes: ['objectstorage:read', 'objectstorage:write', 'objectstorage:keys'] })).token;
+    await createService(stack.db, accountId, { family: 'objectstorage', product: 'objectstorage-250' });
+    for (let run = 0; run < 2; run++) await seedObjectStorage(stack.db, stack.api.deps.providers, stack.api.deps.keyring);
+    const buckets = (await api.get('/v1/object-storage/buckets', t)).body.data;
+    expect(buckets.map((b: any) => b.name)).toEqual([demoBucketOf(accountId)]);
+    const keys = (await api.get('/v1/object-storage/keys', t)).body.data;
+    expect(keys.map((k: any) => k.name)).toEqual(['demo']);
+    const url = await api.post(`/v1/object-storage/buckets/${demoBucketOf(accountId)}/presign`, { key: 'hello.txt', method: 'GET', key_id: keys[0].id }, t);
+    const body = await eventually(
+      async () => {
+        const res = await fetch(url.body.url);
+        return res.status === 200 ? res.text() : '';
+      },
+      (text) => text !== '',
+      5_000,
+    );
+    expect(body).toContain('Hello');
   });
 });
