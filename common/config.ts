@@ -220,7 +220,10 @@ export const configSchema = z
     /** The S3 base URL customers reach this host's server at, when it is not `http://<bind address>:<port>` (a host behind a name or a TLS proxy). */
     OBJECTSTORAGE_PUBLIC_ENDPOINT: z.string().url().optional(),
     /** The SigV4 region of the S3 endpoint. */
-    OBJECTSTORAGE_REGION: z.string().regex(/^[a-z0-9-]{1,32}$/).default('us-east-1'),
+    OBJECTSTORAGE_REGION: z
+      .string()
+      .regex(/^[a-z0-9-]{1,32}$/)
+      .default('us-east-1'),
     /** How often a host finds buckets created or deleted directly over S3 (SPEC: listed within 10 s). */
     OBJECTSTORAGE_RECONCILE_INTERVAL: duration('5s'),
     /** How often a host retakes today's usage snapshot of its buckets (one point per bucket and UTC day). */

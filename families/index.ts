@@ -21,7 +21,16 @@ export type { FamilyManifest } from './manifest';
  * table, the dev routes, the providers, the provisioners, the worker's activities and the demo seed
  * read. A family adds one line here. The order is the route table's (and the OpenAPI document's).
  */
-export const families: readonly FamilyManifest[] = [ordersFamily, webhooksFamily, hostsFamily, vpsFamily, lbFamily, dbaasFamily, dnsFamily, objectStorageFamily];
+export const families: readonly FamilyManifest[] = [
+  ordersFamily,
+  webhooksFamily,
+  hostsFamily,
+  vpsFamily,
+  lbFamily,
+  dbaasFamily,
+  dnsFamily,
+  objectStorageFamily,
+];
 
 /** The families' backends, for the provider registry. */
 export function familyBackends(list: readonly FamilyManifest[] = families): AnyBackend[] {

@@ -34,7 +34,10 @@ describe('migrations', () => {
 describe('demo seed', () => {
   it('creates account cus_1, both users and an active service of every family, and is idempotent', async () => {
     // The DNS simulator here; the seeded zone on a real PowerDNS is tested in test/dns.http.test.ts.
-    const seedConfig = loadConfig({}, { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator', OBJECTSTORAGE_BACKEND: 'simulator' });
+    const seedConfig = loadConfig(
+      {},
+      { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator', OBJECTSTORAGE_BACKEND: 'simulator' },
+    );
     const keyring = Keyring.fromString('ab'.repeat(32));
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1', other: 'other-password-1' };
     // What `npm start` passes: the demo web servers it runs (none answer here; health is not the point).

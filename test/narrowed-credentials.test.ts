@@ -152,6 +152,8 @@ beforeAll(async () => {
     .insert({ account_id: accountId, url: 'https://hooks.example.com/x', events: ['*'], secret_sealed: 'sealed' })
     .returning('id');
   fill.webhooks = `whk_${webhook.id}`;
+  // Object storage routes name a bucket of the account's one storage (none here: they answer 404 to everyone).
+  fill.bucket = 'narrowed-no-such-bucket';
   for (const [service, label] of [
     [hiddenVps, 'hidden'],
     [visibleVps, 'visible'],

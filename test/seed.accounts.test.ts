@@ -13,7 +13,10 @@ import { waitFor } from './vps.support';
 let stack: Stack;
 const passwords = { owner: 'owner password for the seed', dev: 'dev password for the seed', other: 'other password for the seed' };
 // The seed's own providers are the simulators (the demo balancer and databases are not what is tried here).
-const seedConfig = loadConfig({}, { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator', OBJECTSTORAGE_BACKEND: 'simulator' });
+const seedConfig = loadConfig(
+  {},
+  { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator', OBJECTSTORAGE_BACKEND: 'simulator' },
+);
 const seed = () =>
   seedDemo(stack.db, passwords, createProviders({ db: stack.db, config: seedConfig }), { keyring: stack.api.deps.keyring, config: seedConfig });
 
