@@ -8,7 +8,23 @@ import { describe, expect, it } from 'vitest';
  * the layers import in one direction (the domain knows nothing of the API and its clients).
  */
 const root = path.resolve(__dirname, '..');
-const PRODUCTION = ['api', 'activities', 'cli', 'client', 'common', 'db', 'domain', 'families', 'infra', 'mcp', 'providers', 'scripts', 'workers', 'workflows'];
+const PRODUCTION = [
+  'api',
+  'activities',
+  'cli',
+  'client',
+  'common',
+  'dataplane',
+  'db',
+  'domain',
+  'families',
+  'infra',
+  'mcp',
+  'providers',
+  'scripts',
+  'workers',
+  'workflows',
+];
 
 function sources(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {

@@ -1,0 +1,59 @@
+import sharp, { type Metadata } from 'sharp';
+import type { OutputFormat, Transformation } from './params';
+
+/**
+ * The transformation itself, with sharp (prebuilt libvips). Input that is not an image sharp can
+ * decode, or whose pixel count is over the limit (a decompression bomb), is refused with
+ * UnsupportedImageError (the delivery plane's 422 `unsupported_image`); nothing here throws anything
+ * else for bad input, so a bad image never takes the process down.
+ */
+export class UnsupportedImageError extends Error {}
+
+/** At most this many input pixels are decoded (8192 x 8192 and a little more). */
+export const MAX_INPUT_PIXELS = 70_000_000;
+
+const MIME: Record<OutputFormat, string> = { webp: 'image/webp', avif: 'image/avif', jpeg: 'image/jpeg', png: 'image/png' };
+
+export interface Transformed {
+  body: Buffer;
+  format: OutputFormat;
+  contentType: string;
+  width: number;
+  height: number;
+}
+
+// One libvips thread per transformation: the process serves requests side by side instead.
+sharp.concurrency(1);
+sharp.cache(false);
+
+export async function transform(input: Buffer, t: Transformation): Promise<Transformed> {
+  let source: Metadata;
+  try {
+    source = await sharp(input, { limitInputPixels: MAX_INPUT_PIXELS, failOn: 'error' }).metadata();
+  } catch (err) {
+    throw new UnsupportedImageError(`the source is not an image this service can read (${(err as Error).message})`);
+  }
+  if (!source.width || !source.height) throw new UnsupportedImageError('the source has no dimensions');
+  if (source.width * source.height > MAX_INPUT_PIXELS) throw new UnsupportedImageError(`the source has more than ${MAX_INPUT_PIXELS} pixels`);
+  const format: OutputFormat = t.format !== 'source' ? t.format : source.format === 'png' ? 'png' : 'jpeg';
+  try {
+    let pipeline = sharp(input, { limitInputPixels: MAX_INPUT_PIXELS, failOn: 'error' }).rotate();
+    if (t.w !== null || t.h !== null) {
+      pipeline = pipeline.resize({
+        width: t.w ?? undefined,
+        height: t.h ?? undefined,
+        fit: t.fit,
+        // Padding of `contain`: transparent where the format has alpha, white otherwise.
+        background: format === 'jpeg' ? { r: 255, g: 255, b: 255, alpha: 1 } : { r: 0, g: 0, b: 0, alpha: 0 },
+      });
+    }
+    if (format === 'jpeg') pipeline = pipeline.flatten({ background: '#ffffff' }).jpeg({ quality: t.q, mozjpeg: true });
+    else if (format === 'png') pipeline = pipeline.png({ quality: t.q, compressionLevel: 6 });
+    else if (format === 'webp') pipeline = pipeline.webp({ quality: t.q });
+    else pipeline = pipeline.avif({ quality: t.q, effort: 2 });
+    const { data, info } = await pipeline.toBuffer({ resolveWithObject: true });
+    return { body: data, format, contentType: MIME[format], width: info.width, height: info.height };
+  } catch (err) {
+    throw new UnsupportedImageError(`the source could not be transformed (${(err as Error).message})`);
+  }
+}
