@@ -1,4 +1,6 @@
 import { createHmac } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { deflateSync } from 'node:zlib';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -6,6 +8,7 @@ import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DiskImageCache } from '../dataplane/images/cache';
+import { fetchSource, OriginFailed, OriginRefused, SourceTooLarge } from '../dataplane/images/fetch';
 import { allowedBy, normalizePattern, OriginPatternError, patternMatches, sourceHost } from '../dataplane/images/origins';
 import { canonicalTransformation, parseDelivery, ParamError, resolveFormat } from '../dataplane/images/params';
 import { canonicalString, enc, signatureMatches, signatureOf, signedUrl } from '../dataplane/images/signing';
@@ -242,3 +245,65 @@ function crc32(buf: Buffer): number {
   }
   return (c ^ 0xffffffff) >>> 0;
 }
+
+describe('fetching a source with the SSRF rules', () => {
+  let server: http.Server;
+  let port: number;
+  beforeAll(async () => {
+    server = http.createServer((req, res) => {
+      if (req.url === '/a.png') return res.end(Buffer.alloc(100, 7));
+      if (req.url === '/moved') return res.writeHead(302, { location: 'http://10.0.0.1/' }).end();
+      if (req.url === '/big') return res.writeHead(200, { 'content-length': '5000' }).end(Buffer.alloc(5000));
+      if (req.url === '/drip') {
+        res.writeHead(200);
+        const timer = setInterval(() => res.write(Buffer.alloc(600)), 5);
+        req.on('close', () => clearInterval(timer));
+        return;
+      }
+      if (req.url === '/slow') return void setTimeout(() => res.end('late'), 2_000);
+      res.writeHead(404).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+  const dev = { allowInsecure: true };
+  const limits = { maxBytes: 4096, timeoutMs: 500 };
+
+  it('fetches from loopback only with the development flag, also as *.localhost without DNS', async () => {
+    expect((await fetchSource(`http://127.0.0.1:${port}/a.png`, dev, limits)).length).toBe(100);
+    expect((await fetchSource(`http://img.localhost:${port}/a.png`, dev, limits, async () => [{ address: '10.0.0.1', family: 4 }])).length).toBe(100);
+    await expect(fetchSource(`http://127.0.0.1:${port}/a.png`, { allowInsecure: false }, limits)).rejects.toThrow(OriginRefused);
+    await expect(fetchSource(`https://127.0.0.1:${port}/a.png`, { allowInsecure: false }, limits)).rejects.toThrow(OriginRefused);
+  });
+
+  it('refuses private, link-local and rebinding names before connecting', async () => {
+    for (const address of ['10.0.0.1', '169.254.169.254', '192.168.1.1', '::1']) {
+      await expect(
+        fetchSource('https://images.example.com/a.png', { allowInsecure: false }, limits, async () => [{ address, family: address.includes(':') ? 6 : 4 }]),
+        address,
+      ).rejects.toThrow(OriginRefused);
+    }
+    // One checked address and one private: refused as a whole.
+    await expect(
+      fetchSource(`http://mixed.example:${port}/a.png`, dev, limits, async () => [
+        { address: '127.0.0.1', family: 4 },
+        { address: '10.1.2.3', family: 4 },
+      ]),
+    ).rejects.toThrow(OriginRefused);
+  });
+
+  it('does not follow redirects, reports non-2xx, caps the size and keeps one deadline', async () => {
+    await expect(fetchSource(`http://127.0.0.1:${port}/moved`, dev, limits)).rejects.toThrow(/redirect/);
+    await expect(fetchSource(`http://127.0.0.1:${port}/missing`, dev, limits)).rejects.toThrow(OriginFailed);
+    await expect(fetchSource(`http://127.0.0.1:${port}/big`, dev, limits)).rejects.toThrow(SourceTooLarge);
+    await expect(fetchSource(`http://127.0.0.1:${port}/drip`, dev, limits)).rejects.toThrow(SourceTooLarge);
+    await expect(fetchSource(`http://127.0.0.1:${port}/slow`, dev, limits)).rejects.toThrow(/within 500 ms/);
+  });
+});
