@@ -230,6 +230,16 @@ export const configSchema = z
     OBJECTSTORAGE_SNAPSHOT_INTERVAL: duration('1h'),
     /** How long the buckets of a terminated object storage service are kept before they are deleted. */
     OBJECTSTORAGE_RETENTION: duration('30d'),
+    /** Images: the delivery plane's port (`npm start` runs it, `npm run images` alone); 0 picks a free one. */
+    IMAGES_PORT: z.coerce.number().int().min(0).max(65535).default(3100),
+    /** The delivery plane's URL as tenants see it (`api_endpoint`); default `http://127.0.0.1:<IMAGES_PORT>`. */
+    IMAGES_API_ENDPOINT: z.string().url().optional(),
+    /** Where the delivery plane keeps transformed images. */
+    IMAGES_CACHE_DIR: z.string().default(() => defaultServerDataDir('images-cache')),
+    /** The largest source image the delivery plane fetches (bytes); larger ones answer 422 `unsupported_image`. */
+    IMAGES_MAX_SOURCE_BYTES: z.coerce.number().int().min(1024).default(25 * 1024 * 1024),
+    /** Bound on fetching one source image from its origin. */
+    IMAGES_FETCH_TIMEOUT: duration('10s'),
     /** DNS family: `powerdns` (the real server, through its HTTP API) or `simulator` (PostgreSQL, answers no queries). */
     DNS_BACKEND: z.enum(['powerdns', 'simulator']).default('powerdns'),
     /** Where the local run's PowerDNS answers DNS queries (UDP and TCP). */

@@ -7,6 +7,7 @@ import type { AnyBackend } from '../providers/backend';
 import { dbaasFamily } from './dbaas';
 import { dnsFamily } from './dns';
 import { hostsFamily } from './hosts';
+import { imagesFamily } from './images';
 import { lbFamily } from './lb';
 import { objectStorageFamily } from './objectstorage';
 import type { FamilyManifest } from './manifest';
@@ -30,6 +31,7 @@ export const families: readonly FamilyManifest[] = [
   dbaasFamily,
   dnsFamily,
   objectStorageFamily,
+  imagesFamily,
 ];
 
 /** The families' backends, for the provider registry. */

@@ -64,6 +64,7 @@ async function chooseLocalSettings(): Promise<string[]> {
     moved.push(`${what} port ${port} is taken on ${host}: this run uses ${chosen}`);
   };
   await move('API', 'PORT', usual.HOST, usual.PORT, String);
+  await move('Image delivery', 'IMAGES_PORT', usual.HOST, usual.IMAGES_PORT, String);
   const temporal = splitHostPort(usual.TEMPORAL_ADDRESS);
   await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
   const ui = new URL(usual.TEMPORAL_UI_URL);
@@ -329,6 +330,7 @@ async function main() {
   }
   run('worker', tsxBin, ['workers/main.ts']);
   run('api', tsxBin, ['api/server.ts']);
+  run('images', tsxBin, ['dataplane/images/main.ts']);
   const apiUrl = `http://${config.HOST}:${config.PORT}`;
   await waitFor('API', async () => (await fetch(`${apiUrl}/readyz`).catch(() => null))?.ok === true);
 
@@ -340,6 +342,7 @@ async function main() {
 
   API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
   Reference    ${apiUrl}/docs
+  Images       http://${config.HOST}:${config.IMAGES_PORT}/v1/img   (the image delivery plane: delivery tokens, not API keys)
   MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})

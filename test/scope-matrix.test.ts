@@ -28,6 +28,7 @@ const FAMILY_OF_SEGMENT: Record<string, string> = {
   'object-storage': 'objectstorage',
   'mail-gateway': 'mailgateway',
   wordpress: 'other',
+  images: 'other',
   services: 'vps',
 };
 
@@ -127,6 +128,10 @@ const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => P
     await stack.db('objectstorage_buckets').insert({ name, service_id: svc.serviceId, created_at: new Date() });
     return name;
   },
+  pattern: async (svc) => {
+    await stack.db('images_origins').insert({ service_id: svc.serviceId, pattern: 'matrix.example.com' });
+    return 'matrix.example.com';
+  },
   key_id: async (svc) => {
     const [row] = await stack
       .db('objectstorage_keys')
@@ -146,6 +151,22 @@ const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => P
  * What a family's service needs before its actions can be asked for. The account's object storage
  * (a per-account singleton: its paths name no service) is its newest service with a storage record.
  */
+const SEGMENT_SETUP: Record<string, (svc: { id: string; serviceId: number }) => Promise<void>> = {
+  // The account's image tenant: a service of catalog family `images` with its tenant record.
+  images: async (svc) => {
+    await stack.db('services').where({ id: svc.serviceId }).update({ product_family: 'images' });
+    await stack.db('images_tenants').insert({
+      service_id: svc.serviceId,
+      account_id: stack.owner.accountId,
+      tenant: `matrix${svc.serviceId}`,
+      plan: 'images-basic',
+      api_endpoint: 'http://127.0.0.1:3100',
+    });
+    await stack
+      .db('images_secrets')
+      .insert({ service_id: svc.serviceId, secret_sealed: stack.api.deps.keyring.encrypt('images-signing-secret', 'imgs_matrix') });
+  },
+};
 const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => Promise<void>> = {
   objectstorage: async (svc) => {
     await stack.db('objectstorage_services').insert({
@@ -157,12 +178,12 @@ const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => P
     });
   },
 };
-const SINGLETON_SEGMENTS = new Set(['object-storage']);
+const SINGLETON_SEGMENTS = new Set(['object-storage', 'images']);
 
 async function actionPath(route: AnyRoute, svc: { id: string; serviceId: number }): Promise<string> {
   const names = [...route.path.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);
   const segment = route.path.split('/')[2];
-  await FAMILY_SETUP[FAMILY_OF_SEGMENT[segment]]?.(svc);
+  await (SEGMENT_SETUP[segment] ?? FAMILY_SETUP[FAMILY_OF_SEGMENT[segment]])?.(svc);
   if (!SINGLETON_SEGMENTS.has(segment) && !names.some((name) => SERVICE_KEYS[name]))
     throw new Error(`${route.path} names no service this test knows: add its key to SERVICE_KEYS`);
   const sample = (route.params ? sampleOf(route.params) : {}) as Record<string, unknown>;

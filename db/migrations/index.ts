@@ -15,6 +15,7 @@ import * as operationsStart from './20261125000600_operations_start';
 import * as hosts from './20261125000700_hosts';
 import * as hostTransfers from './20261125000800_host_transfers';
 import * as objectstorage from './20261125000900_objectstorage';
+import * as images from './20261125001000_images';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -42,6 +43,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261125000700_hosts', hosts],
   ['20261125000800_host_transfers', hostTransfers],
   ['20261125000900_objectstorage', objectstorage],
+  ['20261125001000_images', images],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

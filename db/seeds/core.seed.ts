@@ -38,6 +38,7 @@ export const DEMO_SERVICES = [
   { family: 'objectstorage', product: 'objectstorage-250', name: 'Object Storage 250 GB', label: 'storage', primary_ip: null, dev: false },
   { family: 'mailgateway', product: 'mailgateway-10k', name: 'Mail Gateway 10k', label: 'mail', primary_ip: null, dev: false },
   { family: 'other', product: 'wordpress-starter', name: 'WordPress Starter', label: 'blog.example.test', primary_ip: '203.0.113.50', dev: false },
+  { family: 'other', product: 'images-basic', productFamily: 'images', name: 'Image Delivery Basic', label: 'images', primary_ip: null, dev: false },
 ] as const;
 
 export interface SeedOutcome {
@@ -109,6 +110,7 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<Seed
             account_id: 1,
             family: svc.family,
             product: svc.product,
+            product_family: 'productFamily' in svc ? svc.productFamily : null,
             status: 'active',
             name: svc.name,
             label: svc.label,

@@ -1,12 +1,12 @@
 import type { Knex } from 'knex';
 import type { HostDirectory } from '../../providers/host-routing';
 import type { ObjectStorageProvider } from '../../providers/objectstorage.provider';
-import { DomainError } from '../errors';
 import { placeIfHosted } from '../hosts/directory';
-import type { PreparedOrder, ProvisionTarget, ServiceProvisioner } from '../provisioning';
+import { onePerAccount } from '../per-account';
+import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
 import { deleteAllKeys } from './manage';
 import { bucketPrefixOf } from './names';
-import { findStorage, LIVE_STATUSES, markTerminated, recordStorage } from './store';
+import { findStorage, markTerminated, recordStorage } from './store';
 
 /**
  * Builds an ordered object storage: the account's place on its host's S3 server and the record of
@@ -22,17 +22,8 @@ export class ObjectStorageProvisioner implements ServiceProvisioner {
     private readonly hosts: HostDirectory,
   ) {}
 
-  async prepareOrder(_db: Knex, options: Record<string, unknown>, account: { id: number }): Promise<PreparedOrder> {
-    await refuseSecond(this.db, account.id);
-    return {
-      options,
-      hold: async (trx) => {
-        // One order of the account at a time gets here: the second waits, then sees the first.
-        await trx('accounts').where({ id: account.id }).forUpdate().first();
-        await refuseSecond(trx, account.id);
-      },
-    };
-  }
+  /** One per account (domain/per-account.ts). */
+  readonly prepareOrder = onePerAccount('objectstorage', 'an object storage (its buckets and keys are under /v1/object-storage)');
 
   async provision(service: ProvisionTarget): Promise<void> {
     const host = await placeIfHosted(this.db, this.hosts, 'objectstorage', service.id);
@@ -56,26 +47,5 @@ export class ObjectStorageProvisioner implements ServiceProvisioner {
     if (!storage) return;
     await deleteAllKeys({ db: this.db, objectstorage: this.objectstorage }, storage);
     await markTerminated(this.db, service.id);
-  }
-}
-
-/** 409 when the account holds a live object storage, or has ordered one that is not paid yet. */
-async function refuseSecond(db: Knex | Knex.Transaction, accountId: number): Promise<void> {
-  const live = await db('services')
-    .where({ account_id: accountId, family: 'objectstorage' })
-    .whereIn('status', [...LIVE_STATUSES])
-    .first('id');
-  const ordered = await db('orders')
-    .join('products', 'products.id', 'orders.product_id')
-    .where({ 'orders.account_id': accountId, 'orders.status': 'pending', 'products.product_family': 'objectstorage' })
-    .first('orders.id');
-  if (live || ordered) {
-    throw new DomainError(
-      409,
-      'invalid_request_error',
-      'already_exists',
-      'This account has an object storage already (one per account); its buckets and keys are under /v1/object-storage.',
-      'product',
-    );
   }
 }

@@ -1,0 +1,41 @@
+import { loadConfig } from '../../common/config';
+import { createLogger } from '../../common/logger';
+import { loadKeyring } from '../../infra/master-key';
+import { createDb } from '../../db/knex';
+import { ImageDeliveryServer } from './server';
+
+/**
+ * The image delivery plane as its own process (`npm run images`; `npm start` runs it): on
+ * IMAGES_PORT, beside and apart from the API, so that transformations never slow the control plane.
+ */
+async function main() {
+  const config = loadConfig();
+  const logger = createLogger(config.LOG_LEVEL, 'images');
+  const db = createDb(config.DATABASE_URL);
+  const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
+  const server = new ImageDeliveryServer({
+    db,
+    keyring,
+    cacheDir: config.IMAGES_CACHE_DIR,
+    policy: { allowInsecure: config.WEBHOOK_ALLOW_INSECURE_TARGETS },
+    maxSourceBytes: config.IMAGES_MAX_SOURCE_BYTES,
+    fetchTimeoutMs: config.IMAGES_FETCH_TIMEOUT,
+  });
+  const url = await server.listen(config.IMAGES_PORT, config.HOST);
+  logger.info({ url }, 'image delivery plane listening');
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    await server.close();
+    await db.destroy();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop());
+  process.on('SIGTERM', () => void stop());
+}
+
+main().catch((err) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exit(1);
+});

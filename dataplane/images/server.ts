@@ -1,0 +1,290 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Knex } from 'knex';
+import type { Keyring } from '../../common/crypto';
+import { newUlidId } from '../../common/ids';
+import { planOf } from '../../domain/images/plans';
+import { addUsage, originsOf, signingSecrets, tenantByHandle, tenantOfToken, usageDays, type TenantRow } from '../../domain/images/store';
+import type { TargetPolicy } from '../../infra/webhook-targets';
+import { DiskImageCache } from './cache';
+import { fetchSource, OriginFailed, OriginRefused, SourceTooLarge } from './fetch';
+import { allowedBy, sourceHost } from '../../domain/images/origins';
+import { canonicalTransformation, ParamError, parseDelivery } from './params';
+import { signatureMatches, signedUrl } from './signing';
+import { transform, UnsupportedImageError } from './transform';
+
+/**
+ * The image delivery plane (SPEC "Image services", DECISIONS "Images"): its own HTTP server, in its
+ * own process (`npm run images`), never the control-plane API. `GET /v1/img` serves a transformed
+ * image to a delivery token (`imgt_`) or a signed URL; `POST /v1/sign` signs one for a token holder.
+ * Every answer carries `X-Request-Id`; errors use the API's envelope.
+ *
+ * Per request, in this order: the credential, the parameters, the tenant's allowlist (read every
+ * time: a removed origin is refused at once, cached or not), the plan's hard cap, then the cache,
+ * and only on a miss the origin (with the outbound-fetch rules) and sharp. Usage is counted in
+ * memory and added to PostgreSQL every `flushMs`.
+ */
+export interface ImageDeliveryOptions {
+  db: Knex;
+  keyring: Keyring;
+  cacheDir: string;
+  policy: TargetPolicy;
+  /** Source size and fetch time limits. */
+  maxSourceBytes: number;
+  fetchTimeoutMs: number;
+  /** How long a looked-up token is trusted (a revoked or rotated-out token stops within this). */
+  tokenCacheMs?: number;
+  flushMs?: number;
+}
+
+class DeliveryError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    readonly code: string,
+    message: string,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+const LIVE = new Set(['active']);
+
+export class ImageDeliveryServer {
+  private server: http.Server | null = null;
+  private readonly cache: DiskImageCache;
+  private readonly tokens = new Map<string, { tenant: (TenantRow & { status: string }) | null; at: number }>();
+  private readonly pending = new Map<number, { transformations: number; deliveries: number; egress_bytes: number }>();
+  private flusher: NodeJS.Timeout | null = null;
+
+  constructor(private readonly options: ImageDeliveryOptions) {
+    this.cache = new DiskImageCache(options.cacheDir);
+  }
+
+  async listen(port: number, host = '127.0.0.1'): Promise<string> {
+    this.server = http.createServer((req, res) => void this.handle(req, res));
+    this.server.keepAliveTimeout = 5_000;
+    await new Promise<void>((resolve) => this.server!.listen(port, host, resolve));
+    this.flusher = setInterval(() => void this.flush(), this.options.flushMs ?? 1_000);
+    const address = this.server.address() as AddressInfo;
+    return `http://${host}:${address.port}`;
+  }
+
+  async close(): Promise<void> {
+    if (this.flusher) clearInterval(this.flusher);
+    if (this.server) {
+      this.server.closeAllConnections();
+      await new Promise<void>((resolve) => this.server!.close(() => resolve()));
+    }
+    await this.flush();
+  }
+
+  /** Adds the usage counted since the last flush to PostgreSQL (a failed add is kept for the next). */
+  async flush(): Promise<void> {
+    const batch = [...this.pending.entries()];
+    this.pending.clear();
+    for (const [serviceId, add] of batch) {
+      try {
+        await addUsage(this.options.db, serviceId, add);
+      } catch {
+        this.count(serviceId, add);
+      }
+    }
+  }
+
+  private count(serviceId: number, add: { transformations: number; deliveries: number; egress_bytes: number }): void {
+    const current = this.pending.get(serviceId) ?? { transformations: 0, deliveries: 0, egress_bytes: 0 };
+    current.transformations += add.transformations;
+    current.deliveries += add.deliveries;
+    current.egress_bytes += add.egress_bytes;
+    this.pending.set(serviceId, current);
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const requestId = newUlidId('req');
+    res.setHeader('X-Request-Id', requestId);
+    try {
+      const url = new URL(req.url ?? '/', 'http://delivery.invalid');
+      if (url.pathname === '/v1/img' && (req.method === 'GET' || req.method === 'HEAD')) return await this.deliver(req, res, url);
+      if (url.pathname === '/v1/sign' && req.method === 'POST') return await this.sign(req, res);
+      if (url.pathname === '/healthz') return void res.end('ok');
+      throw new DeliveryError(404, 'invalid_request_error', 'route_not_found', 'The image delivery plane answers GET /v1/img and POST /v1/sign.');
+    } catch (err) {
+      const e =
+        err instanceof DeliveryError
+          ? err
+          : err instanceof ParamError
+            ? new DeliveryError(400, 'invalid_request_error', 'validation_failed', err.message, err.param)
+            : new DeliveryError(500, 'api_error', 'internal_error', 'The image could not be delivered; try again.');
+      if (!res.headersSent) {
+        res.statusCode = e.status;
+        res.setHeader('Content-Type', 'application/json');
+        res.setHeader('Cache-Control', 'no-store');
+      }
+      res.end(JSON.stringify({ error: { type: e.type, code: e.code, message: e.message, param: e.param, request_id: requestId } }));
+    }
+  }
+
+  /** The tenant of a bearer delivery token (trusted for `tokenCacheMs`), or 401. */
+  private async tenantOfBearer(req: http.IncomingMessage): Promise<TenantRow & { status: string }> {
+    const header = req.headers.authorization ?? '';
+    const m = /^Bearer\s+(\S+)$/i.exec(header);
+    if (!m)
+      throw new DeliveryError(
+        401,
+        'authentication_error',
+        'authentication_required',
+        'Send a delivery token: Authorization: Bearer imgt_..., or use a signed URL.',
+      );
+    const token = m[1];
+    if (!token.startsWith('imgt_')) throw new DeliveryError(401, 'authentication_error', 'invalid_token', 'This is not a delivery token (imgt_...).');
+    const cached = this.tokens.get(token);
+    const ttl = this.options.tokenCacheMs ?? 500;
+    let tenant = cached && Date.now() - cached.at < ttl ? cached.tenant : undefined;
+    if (tenant === undefined) {
+      tenant = await tenantOfToken(this.options.db, token);
+      if (this.tokens.size > 10_000) this.tokens.clear();
+      this.tokens.set(token, { tenant, at: Date.now() });
+    }
+    if (!tenant) throw new DeliveryError(401, 'authentication_error', 'invalid_token', 'The delivery token is not valid (unknown, revoked or rotated out).');
+    return tenant;
+  }
+
+  private requireLive(tenant: { status: string }): void {
+    if (!LIVE.has(tenant.status))
+      throw new DeliveryError(403, 'authorization_error', 'service_not_active', `The image service is ${tenant.status}; it delivers nothing.`);
+  }
+
+  private async deliver(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+    const request = parseDelivery(url.searchParams, req.headers.accept);
+    let tenant: TenantRow & { status: string };
+    if (request.signed) {
+      const found = await tenantByHandle(this.options.db, request.signed.tenant);
+      const secrets = found ? await signingSecrets(this.options.db, this.options.keyring, found.service_id) : [];
+      if (!found || !signatureMatches(secrets, request.params, request.signed.sig)) {
+        throw new DeliveryError(403, 'authorization_error', 'invalid_signature', 'The signature does not match this URL.');
+      }
+      if (request.signed.exp * 1000 < Date.now()) throw new DeliveryError(403, 'authorization_error', 'signature_expired', 'The signed URL has expired.');
+      tenant = found;
+    } else {
+      tenant = await this.tenantOfBearer(req);
+    }
+    this.requireLive(tenant);
+    const t = request.transformation;
+    const host = sourceHost(new URL(t.url));
+    if (!host || !allowedBy(await originsOf(this.options.db, tenant.service_id), host)) {
+      throw new DeliveryError(
+        403,
+        'authorization_error',
+        'origin_not_allowed',
+        `The source's host ${host ?? ''} is not on this image service's origin allowlist.`,
+        'url',
+      );
+    }
+    await this.refuseOverCap(tenant);
+    const key = canonicalTransformation(t);
+    let image = await this.cache.get(tenant.tenant, key);
+    let hit = true;
+    if (!image) {
+      hit = false;
+      let source: Buffer;
+      try {
+        source = await fetchSource(t.url, this.options.policy, { maxBytes: this.options.maxSourceBytes, timeoutMs: this.options.fetchTimeoutMs });
+      } catch (err) {
+        if (err instanceof OriginRefused) throw new DeliveryError(403, 'authorization_error', 'origin_not_allowed', err.message, 'url');
+        if (err instanceof SourceTooLarge) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
+        if (err instanceof OriginFailed) throw new DeliveryError(502, 'api_error', 'origin_error', err.message, 'url');
+        throw err;
+      }
+      try {
+        const out = await transform(source, t);
+        image = { body: out.body, contentType: out.contentType, format: out.format };
+      } catch (err) {
+        if (err instanceof UnsupportedImageError) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
+        throw err;
+      }
+      await this.cache.put(tenant.tenant, key, image);
+    }
+    this.count(tenant.service_id, { transformations: hit ? 0 : 1, deliveries: 1, egress_bytes: image.body.length });
+    res.statusCode = 200;
+    res.setHeader('Content-Type', image.contentType);
+    res.setHeader('Content-Length', image.body.length);
+    res.setHeader('Cache-Control', 'public, max-age=86400');
+    res.setHeader('Vary', 'Accept');
+    res.setHeader('X-Cache', hit ? 'HIT' : 'MISS');
+    res.end(req.method === 'HEAD' ? undefined : image.body);
+  }
+
+  /** On a plan with a hard cap, nothing is served once a month's included amount is used (`429 quota_exceeded`). */
+  private async refuseOverCap(tenant: TenantRow): Promise<void> {
+    const plan = planOf(tenant.plan);
+    if (!plan.included.hard_cap) return;
+    const now = new Date();
+    const first = `${now.toISOString().slice(0, 7)}-01`;
+    const used = (await usageDays(this.options.db, tenant.service_id, first, now.toISOString().slice(0, 10))).reduce(
+      (sum, d) => ({
+        transformations: sum.transformations + d.transformations,
+        deliveries: sum.deliveries + d.deliveries,
+        egress_bytes: sum.egress_bytes + d.egress_bytes,
+      }),
+      { transformations: 0, deliveries: 0, egress_bytes: 0 },
+    );
+    const pending = this.pending.get(tenant.service_id);
+    const over = (['transformations', 'deliveries', 'egress_bytes'] as const).find((k) => used[k] + (pending?.[k] ?? 0) >= plan.included[k]);
+    if (over)
+      throw new DeliveryError(
+        429,
+        'rate_limit_error',
+        'quota_exceeded',
+        `This month's included ${over.replace('_', ' ')} are used up; the plan has a hard cap.`,
+      );
+  }
+
+  private async sign(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const tenant = await this.tenantOfBearer(req);
+    this.requireLive(tenant);
+    const body = await readJson(req);
+    const params: Array<[string, string]> = [];
+    let expiresIn = 3600;
+    for (const [k, v] of Object.entries(body)) {
+      if (k === 'expires_in') {
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 604_800)
+          throw new ParamError('expires_in', 'must be a whole number of seconds from 1 to 604800');
+        expiresIn = v;
+        continue;
+      }
+      if (['tenant', 'exp', 'sig'].includes(k)) throw new ParamError(k, 'is set by the signing');
+      if (typeof v !== 'string' && typeof v !== 'number') throw new ParamError(k, 'must be a string or a number');
+      params.push([k, String(v)]);
+    }
+    // The parameters are checked as a delivery would check them; the URL then names its tenant.
+    parseDelivery(new URLSearchParams(params), undefined);
+    params.push(['tenant', tenant.tenant]);
+    const secrets = await signingSecrets(this.options.db, this.options.keyring, tenant.service_id);
+    if (secrets.length === 0) throw new DeliveryError(409, 'invalid_request_error', 'conflict', 'The image service has no signing secret yet.');
+    const expiresAt = new Date(Math.floor(Date.now() / 1000) * 1000 + expiresIn * 1000);
+    const base = tenant.api_endpoint;
+    res.statusCode = 200;
+    res.setHeader('Content-Type', 'application/json');
+    res.setHeader('Cache-Control', 'no-store');
+    res.end(JSON.stringify({ object: 'images_signed_url', url: signedUrl(base, secrets[0], params, expiresAt), expires_at: expiresAt.toISOString() }));
+  }
+}
+
+async function readJson(req: http.IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > 64 * 1024) throw new DeliveryError(413, 'invalid_request_error', 'payload_too_large', 'The body is over 64 KiB.');
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    const parsed: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
+    return parsed as Record<string, unknown>;
+  } catch {
+    throw new DeliveryError(400, 'invalid_request_error', 'invalid_json', 'The body must be a JSON object of parameters.');
+  }
+}
