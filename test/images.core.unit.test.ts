@@ -9,7 +9,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DiskImageCache } from '../dataplane/images/cache';
 import { fetchSource, OriginFailed, OriginRefused, SourceTooLarge } from '../dataplane/images/fetch';
-import { allowedBy, normalizePattern, OriginPatternError, patternMatches, sourceHost } from '../dataplane/images/origins';
+import { allowedBy, normalizePattern, OriginPatternError, patternMatches, sourceHost } from '../domain/images/origins';
 import { canonicalTransformation, parseDelivery, ParamError, resolveFormat } from '../dataplane/images/params';
 import { canonicalString, enc, signatureMatches, signatureOf, signedUrl } from '../dataplane/images/signing';
 import { MAX_INPUT_PIXELS, transform, UnsupportedImageError } from '../dataplane/images/transform';
