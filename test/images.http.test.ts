@@ -368,4 +368,23 @@ describe('image services: the delivery plane', () => {
     expect(report.period_start).toBe(`${new Date().toISOString().slice(0, 7)}-01`);
     expect(report.daily.length).toBe(new Date().getUTCDate());
   });
+
+  it('a suspended service delivers nothing and refuses changes; its tenant stays readable', async () => {
+    const { accountId } = await createAccount(stack.db);
+    const owner = await createUser(stack.db, accountId, { isOwner: true });
+    const t = (await createApiKey(stack.db, accountId, owner.userId, { scopes: ['images:read', 'images:write', 'images:keys'] })).token;
+    const serviceId = await provision(accountId);
+    await api.post('/v1/images/origins', { pattern: 'img.localhost' }, t);
+    const theirs = (await api.post('/v1/images/keys', undefined, t)).body.token;
+    expect((await img({ url: src('photo.jpg'), w: '400', format: 'webp' }, { token: theirs })).status).toBe(200);
+    await stack.db('services').where({ id: serviceId }).update({ status: 'suspended' });
+    // Within the delivery plane's token cache (500 ms).
+    await new Promise((r) => setTimeout(r, 600));
+    const refused = await img({ url: src('photo.jpg'), w: '400', format: 'webp' }, { token: theirs });
+    expect(refused.status).toBe(403);
+    expect(refused.json().error.code).toBe('service_not_active');
+    expect((await api.get('/v1/images', t)).status).toBe(200);
+    const change = await api.post('/v1/images/origins', { pattern: 'other.localhost' }, t);
+    expect(change.status).toBe(409);
+  });
 });
