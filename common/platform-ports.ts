@@ -56,11 +56,13 @@ export interface PlatformPortsConfig {
   POWERDNS_API_URL?: string;
   DNS_SERVER_ADDRESS?: string;
   DATABASE_URL?: string;
+  /** The image delivery plane's port. */
+  IMAGES_PORT?: number;
 }
 
 /**
  * The ports of the local services a configuration names: API, Temporal frontend and UI, PowerDNS's
- * API and DNS port, the control plane's PostgreSQL, and WEBHOOK_PROTECTED_PORTS (npm start adds the
+ * API and DNS port, the control plane's PostgreSQL, the image delivery plane, and WEBHOOK_PROTECTED_PORTS (npm start adds the
  * Temporal dev server's HTTP API and metrics ports there).
  */
 export function localServicePorts(config: PlatformPortsConfig): number[] {
@@ -72,6 +74,7 @@ export function localServicePorts(config: PlatformPortsConfig): number[] {
     config.POWERDNS_API_URL ? urlPort(config.POWERDNS_API_URL, http) : NaN,
     config.DNS_SERVER_ADDRESS ? addressPort(config.DNS_SERVER_ADDRESS) : NaN,
     config.DATABASE_URL ? urlPort(config.DATABASE_URL, { 'postgres:': 5432, 'postgresql:': 5432 }) : NaN,
+    config.IMAGES_PORT ?? NaN,
     ...config.WEBHOOK_PROTECTED_PORTS,
   ].filter((p) => Number.isInteger(p) && p > 0 && p <= 65535);
 }

@@ -127,7 +127,7 @@ describe('delivery parameters', () => {
     expect(paramOf(() => parseDelivery(q('url=ftp://a.b/x'), undefined))).toBe('url');
     expect(paramOf(() => parseDelivery(q('url=https://u:p@a.b/x'), undefined))).toBe('url');
     for (const w of ['0', '8193', '1.5', '-1', 'abc']) expect(paramOf(() => parseDelivery(q(`url=https://a.b/x&w=${w}`), undefined))).toBe('w');
-    expect(paramOf(() => parseDelivery(q('url=https://a.b/x&w=10&fit=cover'), undefined))).toBe('fit');
+    expect(parseDelivery(q('url=https://a.b/x&w=10&fit=cover'), undefined).transformation).toMatchObject({ w: 10, h: null, fit: 'cover' });
     expect(paramOf(() => parseDelivery(q('url=https://a.b/x&fit=stretch'), undefined))).toBe('fit');
     expect(paramOf(() => parseDelivery(q('url=https://a.b/x&format=gif'), undefined))).toBe('format');
     expect(paramOf(() => parseDelivery(q('url=https://a.b/x&q=0'), undefined))).toBe('q');

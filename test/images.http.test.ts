@@ -264,6 +264,27 @@ describe('image services: the delivery plane', () => {
     expect((await img({ url: src('photo.jpg'), w: '10' }, { token: stack.owner.key })).status).toBe(401);
   });
 
+  it("answers 405 to other methods, keeps token answers private, counts a HEAD as no delivery, and a host that does not resolve is the origin's error", async () => {
+    const put = await fetch(`${deliveryUrl}/v1/img?url=x`, { method: 'PUT', headers: { authorization: `Bearer ${token}` } });
+    expect(put.status).toBe(405);
+    expect(put.headers.get('allow')).toBe('GET, HEAD');
+    const got = await img({ url: src('photo.jpg'), w: '400', format: 'webp' });
+    expect(got.headers.get('cache-control')).toBe('private, max-age=300');
+    const before = await usage();
+    const head = await fetch(`${deliveryUrl}/v1/img?${new URLSearchParams({ url: src('photo.jpg'), w: '400', format: 'webp' })}`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(head.status).toBe(200);
+    const after = await usage();
+    expect([after.deliveries - before.deliveries, after.egress_bytes - before.egress_bytes]).toEqual([0, 0]);
+    await api.post('/v1/images/origins', { pattern: 'nowhere.invalid' });
+    const unresolved = await img({ url: 'http://nowhere.invalid/x.jpg', w: '10' });
+    expect(unresolved.status).toBe(502);
+    expect(unresolved.json().error.code).toBe('origin_error');
+    expect((await api.del('/v1/images/origins/nowhere.invalid')).status).toBe(204);
+  });
+
   it('signs URLs: a signed URL works without a token; tampered and expired ones are refused', async () => {
     const signed = await fetch(`${deliveryUrl}/v1/sign`, {
       method: 'POST',

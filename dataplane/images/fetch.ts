@@ -33,7 +33,11 @@ export async function fetchSource(raw: string, policy: TargetPolicy, limits: Fet
   try {
     addresses = await resolveTarget(url, policy, isLocalhost ? localhostLookup : lookup);
   } catch (err) {
-    if (err instanceof TargetRejected) throw new OriginRefused(err.message.replace('webhook targets', 'image origins'));
+    if (err instanceof TargetRejected) {
+      // A name that does not resolve is the origin's failure; an address the rules refuse is not allowed.
+      if (/does not resolve/.test(err.message)) throw new OriginFailed(err.message);
+      throw new OriginRefused(err.message.replace('webhook targets', 'image origins'));
+    }
     throw err;
   }
   const pinned = addresses[0];

@@ -2,6 +2,7 @@ import { loadConfig } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { loadKeyring } from '../../infra/master-key';
 import { createDb } from '../../db/knex';
+import { localServicePorts, protectLocalPorts } from '../../infra/webhook-targets';
 import { ImageDeliveryServer } from './server';
 
 /**
@@ -13,6 +14,8 @@ async function main() {
   const logger = createLogger(config.LOG_LEVEL, 'images');
   const db = createDb(config.DATABASE_URL);
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
+  // Sources on loopback (ALLOW_INSECURE_TARGETS) never reach the platform's own ports.
+  protectLocalPorts(localServicePorts(config));
   const server = new ImageDeliveryServer({
     db,
     keyring,

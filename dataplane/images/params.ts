@@ -1,7 +1,8 @@
 /**
  * The delivery request's parameters (DECISIONS "Images"): `url` (absolute http or https), `w` and
  * `h` (1..8192), `fit` (inside | cover | contain | fill; default inside), `format` (webp | avif | jpeg
- * | png | auto; default auto), `q` (1..100; default 80); a signed URL adds `tenant`, `exp` (unix
+ * | png | auto; default auto), `q` (1..100; default 80); with only `w` or `h`, the other follows the
+ * source's ratio whatever the fit; a signed URL adds `tenant`, `exp` (unix
  * seconds) and `sig`. A parameter given twice, an unknown one, or a bad value is refused with the
  * parameter's name.
  */
@@ -82,7 +83,6 @@ export function parseDelivery(query: URLSearchParams, accept: string | undefined
   const h = get('h') === undefined ? null : integer('h', get('h')!, 1, MAX_DIMENSION);
   const fit = (get('fit') ?? 'inside') as Fit;
   if (!FITS.includes(fit)) throw new ParamError('fit', `must be one of ${FITS.join(', ')}`);
-  if (fit !== 'inside' && (w === null || h === null)) throw new ParamError('fit', `${fit} needs both w and h`);
   const format = (get('format') ?? 'auto') as OutputFormat | 'auto';
   if (!FORMATS.includes(format)) throw new ParamError('format', `must be one of ${FORMATS.join(', ')}`);
   const q = get('q') === undefined ? 80 : integer('q', get('q')!, 1, 100);

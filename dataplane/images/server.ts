@@ -19,9 +19,10 @@ import { transform, UnsupportedImageError } from './transform';
  * image to a delivery token (`imgt_`) or a signed URL; `POST /v1/sign` signs one for a token holder.
  * Every answer carries `X-Request-Id`; errors use the API's envelope.
  *
- * Per request, in this order: the credential, the parameters, the tenant's allowlist (read every
- * time: a removed origin is refused at once, cached or not), the plan's hard cap, then the cache,
- * and only on a miss the origin (with the outbound-fetch rules) and sharp. Usage is counted in
+ * Per request, in this order: the parameters (a signed URL carries its credential among them), the
+ * credential, the service's status, the tenant's allowlist (read every time: a removed origin is
+ * refused at once, cached or not), the plan's hard cap, then the cache, and only on a miss the origin
+ * (with the outbound-fetch rules) and sharp. Usage is counted in
  * memory and added to PostgreSQL every `flushMs`.
  */
 export interface ImageDeliveryOptions {
@@ -109,6 +110,10 @@ export class ImageDeliveryServer {
       if (url.pathname === '/v1/img' && (req.method === 'GET' || req.method === 'HEAD')) return await this.deliver(req, res, url);
       if (url.pathname === '/v1/sign' && req.method === 'POST') return await this.sign(req, res);
       if (url.pathname === '/healthz') return void res.end('ok');
+      if (url.pathname === '/v1/img' || url.pathname === '/v1/sign') {
+        res.setHeader('Allow', url.pathname === '/v1/img' ? 'GET, HEAD' : 'POST');
+        throw new DeliveryError(405, 'invalid_request_error', 'method_not_allowed', `${req.method} is not allowed on ${url.pathname}.`);
+      }
       throw new DeliveryError(404, 'invalid_request_error', 'route_not_found', 'The image delivery plane answers GET /v1/img and POST /v1/sign.');
     } catch (err) {
       const e =
@@ -206,14 +211,20 @@ export class ImageDeliveryServer {
       }
       await this.cache.put(tenant.tenant, key, image);
     }
-    this.count(tenant.service_id, { transformations: hit ? 0 : 1, deliveries: 1, egress_bytes: image.body.length });
+    // A HEAD sends no image: it is neither a delivery nor egress (a transformation it caused still counts).
+    const head = req.method === 'HEAD';
+    this.count(tenant.service_id, { transformations: hit ? 0 : 1, deliveries: head ? 0 : 1, egress_bytes: head ? 0 : image.body.length });
     res.statusCode = 200;
     res.setHeader('Content-Type', image.contentType);
     res.setHeader('Content-Length', image.body.length);
-    res.setHeader('Cache-Control', 'public, max-age=86400');
+    // A signed URL may be kept by shared caches until it expires (a day at most); a token's answer only by its client, briefly.
+    res.setHeader(
+      'Cache-Control',
+      request.signed ? `public, max-age=${Math.max(0, Math.min(86_400, request.signed.exp - Math.floor(Date.now() / 1000)))}` : 'private, max-age=300',
+    );
     res.setHeader('Vary', 'Accept');
     res.setHeader('X-Cache', hit ? 'HIT' : 'MISS');
-    res.end(req.method === 'HEAD' ? undefined : image.body);
+    res.end(head ? undefined : image.body);
   }
 
   /** On a plan with a hard cap, nothing is served once a month's included amount is used (`429 quota_exceeded`). */

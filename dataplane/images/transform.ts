@@ -48,7 +48,8 @@ export async function transform(input: Buffer, t: Transformation): Promise<Trans
       });
     }
     if (format === 'jpeg') pipeline = pipeline.flatten({ background: '#ffffff' }).jpeg({ quality: t.q, mozjpeg: true });
-    else if (format === 'png') pipeline = pipeline.png({ quality: t.q, compressionLevel: 6 });
+    // PNG is lossless: `q` does not apply (sharp would turn a quality into a 256-colour palette).
+    else if (format === 'png') pipeline = pipeline.png({ compressionLevel: 6 });
     else if (format === 'webp') pipeline = pipeline.webp({ quality: t.q });
     else pipeline = pipeline.avif({ quality: t.q, effort: 2 });
     const { data, info } = await pipeline.toBuffer({ resolveWithObject: true });
