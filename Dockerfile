@@ -36,6 +36,7 @@ COPY infra ./infra
 COPY client ./client
 COPY mcp ./mcp
 COPY providers ./providers
+COPY dataplane ./dataplane
 COPY api ./api
 COPY activities ./activities
 COPY families ./families
@@ -45,5 +46,5 @@ COPY scripts/migrate.ts ./scripts/migrate.ts
 
 USER node
 EXPOSE 3000
-ENTRYPOINT ["/bin/sh", "-c", "cmd=\"${1:-api}\"; [ $# -gt 0 ] && shift; case \"$cmd\" in api) exec node --import tsx api/server.ts ;; worker) exec node --import tsx workers/main.ts ;; migrate) exec node --import tsx scripts/migrate.ts \"$@\" ;; *) exec \"$cmd\" \"$@\" ;; esac", "cloud"]
+ENTRYPOINT ["/bin/sh", "-c", "cmd=\"${1:-api}\"; [ $# -gt 0 ] && shift; case \"$cmd\" in api) exec node --import tsx api/server.ts ;; worker) exec node --import tsx workers/main.ts ;; images) exec node --import tsx dataplane/images/main.ts ;; migrate) exec node --import tsx scripts/migrate.ts \"$@\" ;; *) exec \"$cmd\" \"$@\" ;; esac", "cloud"]
 CMD ["api"]
