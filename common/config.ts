@@ -237,7 +237,11 @@ export const configSchema = z
     /** Where the delivery plane keeps transformed images. */
     IMAGES_CACHE_DIR: z.string().default(() => defaultServerDataDir('images-cache')),
     /** The largest source image the delivery plane fetches (bytes); larger ones answer 422 `unsupported_image`. */
-    IMAGES_MAX_SOURCE_BYTES: z.coerce.number().int().min(1024).default(25 * 1024 * 1024),
+    IMAGES_MAX_SOURCE_BYTES: z.coerce
+      .number()
+      .int()
+      .min(1024)
+      .default(25 * 1024 * 1024),
     /** Bound on fetching one source image from its origin. */
     IMAGES_FETCH_TIMEOUT: duration('10s'),
     /** DNS family: `powerdns` (the real server, through its HTTP API) or `simulator` (PostgreSQL, answers no queries). */

@@ -484,7 +484,16 @@ describe('object storage on SeaweedFS', () => {
         15_000,
       ),
     ).not.toBe('ok');
-    expect((await api.get('/v1/object-storage/keys', t)).body.data).toEqual([]);
+    // The record follows the server's deletion (key by key: the server first, then the record).
+    expect(
+      (
+        await eventually(
+          () => api.get('/v1/object-storage/keys', t),
+          (r) => r.body.data.length === 0,
+          5_000,
+        )
+      ).body.data,
+    ).toEqual([]);
     // The bucket is still there, and readable as the account's storage (terminated), but not changeable.
     expect(await s3Outcome(admin.send(new HeadBucketCommand({ Bucket: bucket })))).toBe('ok');
     const single = await api.get('/v1/object-storage', t);
