@@ -4,9 +4,19 @@ import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
 import { newUlidId } from '../../common/ids';
 import { planOf } from '../../domain/images/plans';
-import { addUsage, originsOf, signingSecrets, tenantByHandle, tenantOfToken, usageDays, type TenantRow } from '../../domain/images/store';
+import {
+  addUsage,
+  originsOf,
+  signingSecrets,
+  signingSecretsUntil,
+  tenantByHandle,
+  tenantOfToken,
+  TENANT_CHANGED_CHANNEL,
+  usageDays,
+  type TenantRow,
+} from '../../domain/images/store';
 import type { TargetPolicy } from '../../infra/webhook-targets';
-import { DiskImageCache } from './cache';
+import { DiskImageCache, type CachedImage } from './cache';
 import { fetchSource, OriginFailed, OriginRefused, SourceTooLarge } from './fetch';
 import { allowedBy, sourceHost } from '../../domain/images/origins';
 import { canonicalTransformation, ParamError, parseDelivery } from './params';
@@ -51,11 +61,33 @@ class DeliveryError extends Error {
 }
 
 const LIVE = new Set(['active']);
+/** The in-memory cache: at most this many bytes, no entry over HOT_ENTRY_MAX (those stay on disk only). */
+const HOT_BYTES_MAX = 64 * 1024 * 1024;
+const HOT_ENTRY_MAX = 2 * 1024 * 1024;
+
+interface PgConnection {
+  query(sql: string): Promise<unknown>;
+  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): void;
+  on(event: 'error' | 'end', listener: () => void): void;
+}
 
 export class ImageDeliveryServer {
   private server: http.Server | null = null;
   private readonly cache: DiskImageCache;
   private readonly tokens = new Map<string, { tenant: (TenantRow & { status: string }) | null; at: number }>();
+  private readonly handles = new Map<string, { tenant: (TenantRow & { status: string }) | null; at: number }>();
+  /**
+   * What each tenant's requests need besides the credential: its allowlist and signing secrets. Kept
+   * while the change feed (LISTEN on TENANT_CHANGED_CHANNEL) is connected, dropped when a change of
+   * the tenant is announced; without the feed every request reads them again.
+   */
+  private readonly tenants = new Map<number, { origins: string[]; secrets: string[] | null; until: number }>();
+  private feed: { end(): Promise<void> } | null = null;
+  private feedLive = false;
+  private closed = false;
+  /** The hottest transformed images, in memory (least recently served dropped first). */
+  private readonly hot = new Map<string, CachedImage>();
+  private hotBytes = 0;
   private readonly pending = new Map<number, { transformations: number; deliveries: number; egress_bytes: number }>();
   private flusher: NodeJS.Timeout | null = null;
 
@@ -68,11 +100,95 @@ export class ImageDeliveryServer {
     this.server.keepAliveTimeout = 5_000;
     await new Promise<void>((resolve) => this.server!.listen(port, host, resolve));
     this.flusher = setInterval(() => void this.flush(), this.options.flushMs ?? 1_000);
+    await this.followChanges();
     const address = this.server.address() as AddressInfo;
     return `http://${host}:${address.port}`;
   }
 
+  /**
+   * Subscribes to the tenants' change feed on a connection of its own. Until it is up, and whenever
+   * it breaks, nothing is kept (every request reads the allowlist): a missed announcement can never
+   * leave a removed origin served. It reconnects after a second.
+   */
+  private async followChanges(): Promise<void> {
+    if (this.closed) return;
+    const client = this.options.db.client as { acquireRawConnection(): Promise<PgConnection>; destroyRawConnection(c: PgConnection): Promise<void> };
+    let connection: PgConnection;
+    try {
+      connection = await client.acquireRawConnection();
+    } catch {
+      setTimeout(() => void this.followChanges(), 1_000).unref();
+      return;
+    }
+    const lost = () => {
+      if (!this.feedLive) return;
+      this.feedLive = false;
+      this.tenants.clear();
+      this.feed = null;
+      void client.destroyRawConnection(connection).catch(() => undefined);
+      setTimeout(() => void this.followChanges(), 1_000).unref();
+    };
+    connection.on('notification', (message: { channel: string; payload?: string }) => {
+      if (message.channel !== TENANT_CHANGED_CHANNEL) return;
+      const serviceId = Number(message.payload);
+      this.tenants.delete(serviceId);
+      for (const [token, entry] of this.tokens) if (entry.tenant?.service_id === serviceId) this.tokens.delete(token);
+      for (const [handle, entry] of this.handles) if (entry.tenant?.service_id === serviceId) this.handles.delete(handle);
+    });
+    connection.on('error', lost);
+    connection.on('end', lost);
+    try {
+      await connection.query(`LISTEN ${TENANT_CHANGED_CHANNEL}`);
+    } catch {
+      void client.destroyRawConnection(connection).catch(() => undefined);
+      setTimeout(() => void this.followChanges(), 1_000).unref();
+      return;
+    }
+    this.tenants.clear();
+    this.feedLive = true;
+    this.feed = { end: () => client.destroyRawConnection(connection) };
+  }
+
+  /**
+   * The tenant's allowlist and (for signed URLs) secrets, from memory while the feed is live: kept a
+   * minute at most, and never past the end of a previous secret's grace.
+   */
+  private async stateOf(serviceId: number, withSecrets: boolean): Promise<{ origins: string[]; secrets: string[] }> {
+    const kept = this.feedLive ? this.tenants.get(serviceId) : undefined;
+    if (kept && Date.now() < kept.until && (!withSecrets || kept.secrets)) return { origins: kept.origins, secrets: kept.secrets ?? [] };
+    const origins = await originsOf(this.options.db, serviceId);
+    const read = withSecrets ? await signingSecretsUntil(this.options.db, this.options.keyring, serviceId) : null;
+    if (this.feedLive) {
+      const until = Math.min(Date.now() + 60_000, read?.until ? read.until.getTime() : Infinity);
+      this.tenants.set(serviceId, { origins, secrets: read?.secrets ?? null, until });
+    }
+    return { origins, secrets: read?.secrets ?? [] };
+  }
+
+  private hotGet(key: string): CachedImage | null {
+    const image = this.hot.get(key);
+    if (!image) return null;
+    this.hot.delete(key);
+    this.hot.set(key, image);
+    return image;
+  }
+
+  private hotPut(key: string, image: CachedImage): void {
+    if (image.body.length > HOT_ENTRY_MAX) return;
+    if (this.hot.has(key)) return;
+    this.hot.set(key, image);
+    this.hotBytes += image.body.length;
+    for (const [k, v] of this.hot) {
+      if (this.hotBytes <= HOT_BYTES_MAX) break;
+      this.hot.delete(k);
+      this.hotBytes -= v.body.length;
+    }
+  }
+
   async close(): Promise<void> {
+    this.closed = true;
+    this.feedLive = false;
+    await this.feed?.end().catch(() => undefined);
     if (this.flusher) clearInterval(this.flusher);
     if (this.server) {
       this.server.closeAllConnections();
@@ -156,6 +272,16 @@ export class ImageDeliveryServer {
     return tenant;
   }
 
+  /** The tenant a signed URL names (trusted for a second, like a token: its status may change). */
+  private async tenantOfHandle(handle: string): Promise<(TenantRow & { status: string }) | null> {
+    const cached = this.handles.get(handle);
+    if (cached && Date.now() - cached.at < 1_000) return cached.tenant;
+    const tenant = await tenantByHandle(this.options.db, handle);
+    if (this.handles.size > 10_000) this.handles.clear();
+    this.handles.set(handle, { tenant, at: Date.now() });
+    return tenant;
+  }
+
   private requireLive(tenant: { status: string }): void {
     if (!LIVE.has(tenant.status))
       throw new DeliveryError(403, 'authorization_error', 'service_not_active', `The image service is ${tenant.status}; it delivers nothing.`);
@@ -165,8 +291,8 @@ export class ImageDeliveryServer {
     const request = parseDelivery(url.searchParams, req.headers.accept);
     let tenant: TenantRow & { status: string };
     if (request.signed) {
-      const found = await tenantByHandle(this.options.db, request.signed.tenant);
-      const secrets = found ? await signingSecrets(this.options.db, this.options.keyring, found.service_id) : [];
+      const found = await this.tenantOfHandle(request.signed.tenant);
+      const secrets = found ? (await this.stateOf(found.service_id, true)).secrets : [];
       if (!found || !signatureMatches(secrets, request.params, request.signed.sig)) {
         throw new DeliveryError(403, 'authorization_error', 'invalid_signature', 'The signature does not match this URL.');
       }
@@ -178,7 +304,7 @@ export class ImageDeliveryServer {
     this.requireLive(tenant);
     const t = request.transformation;
     const host = sourceHost(new URL(t.url));
-    if (!host || !allowedBy(await originsOf(this.options.db, tenant.service_id), host)) {
+    if (!host || !allowedBy((await this.stateOf(tenant.service_id, false)).origins, host)) {
       throw new DeliveryError(
         403,
         'authorization_error',
@@ -189,7 +315,8 @@ export class ImageDeliveryServer {
     }
     await this.refuseOverCap(tenant);
     const key = canonicalTransformation(t);
-    let image = await this.cache.get(tenant.tenant, key);
+    const hotKey = `${tenant.tenant}\n${key}`;
+    let image = this.hotGet(hotKey) ?? (await this.cache.get(tenant.tenant, key));
     let hit = true;
     if (!image) {
       hit = false;
@@ -211,6 +338,7 @@ export class ImageDeliveryServer {
       }
       await this.cache.put(tenant.tenant, key, image);
     }
+    this.hotPut(hotKey, image);
     // A HEAD sends no image: it is neither a delivery nor egress (a transformation it caused still counts).
     const head = req.method === 'HEAD';
     this.count(tenant.service_id, { transformations: hit ? 0 : 1, deliveries: head ? 0 : 1, egress_bytes: head ? 0 : image.body.length });

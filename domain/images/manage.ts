@@ -3,7 +3,7 @@ import { randomBase62, type Keyring } from '../../common/crypto';
 import { normalizePattern, OriginPatternError } from './origins';
 import { notFound, quotaExceeded, validationFailed } from '../errors';
 import { planOf } from './plans';
-import { lockTenant, originsOf, SIGNING_SECRET_PURPOSE, tokenHash, usageDays, utcDay, type TenantRow, type UsageDay } from './store';
+import { lockTenant, notifyTenantChanged, originsOf, SIGNING_SECRET_PURPOSE, tokenHash, usageDays, utcDay, type TenantRow, type UsageDay } from './store';
 
 /**
  * The image tenant's credentials and allowlist (SPEC "Image services", DECISIONS "Images"), each
@@ -87,6 +87,7 @@ export async function rotateSecret(db: Knex, keyring: Keyring, tenant: TenantRow
       .onConflict('service_id')
       .merge()
       .returning(['created_at', 'previous_valid_until']);
+    await notifyTenantChanged(trx, tenant.service_id);
     return { secret, created_at: saved.created_at, previous_valid_until: saved.previous_valid_until ?? null };
   });
 }
@@ -107,6 +108,7 @@ export async function addOrigin(db: Knex, tenant: TenantRow, raw: string): Promi
     const limit = planOf(tenant.plan).origin_limit;
     if ((await originsOf(trx, tenant.service_id)).length >= limit) throw quotaExceeded(`The plan allows ${limit} origins; remove one first.`);
     const [row] = await trx('images_origins').insert({ service_id: tenant.service_id, pattern }).returning('created_at');
+    await notifyTenantChanged(trx, tenant.service_id);
     return { pattern, created_at: row.created_at, created: true };
   });
 }
@@ -118,8 +120,11 @@ export async function deleteOrigin(db: Knex, tenant: TenantRow, raw: string): Pr
   } catch {
     throw notFound('origin');
   }
-  const n = await db('images_origins').where({ service_id: tenant.service_id, pattern }).delete();
-  if (n === 0) throw notFound('origin');
+  await db.transaction(async (trx) => {
+    const n = await trx('images_origins').where({ service_id: tenant.service_id, pattern }).delete();
+    if (n === 0) throw notFound('origin');
+    await notifyTenantChanged(trx, tenant.service_id);
+  });
 }
 
 export interface UsageReport {

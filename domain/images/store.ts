@@ -100,15 +100,24 @@ export async function originsOf(db: Knex | Knex.Transaction, serviceId: number):
   return rows.map((r) => r.pattern);
 }
 
-/** The signing secrets that verify now: the current one, and the previous one until its end. */
-export async function signingSecrets(db: Knex, keyring: Keyring, serviceId: number): Promise<string[]> {
+/**
+ * The signing secrets that verify now: the current one, and the previous one until its end
+ * (`until`: when this answer stops being true; null when no previous secret is in its grace).
+ */
+export async function signingSecretsUntil(db: Knex, keyring: Keyring, serviceId: number): Promise<{ secrets: string[]; until: Date | null }> {
   const row = await db('images_secrets').where({ service_id: serviceId }).first();
-  if (!row) return [];
+  if (!row) return { secrets: [], until: null };
   const secrets = [keyring.decrypt(SIGNING_SECRET_PURPOSE, row.secret_sealed)];
-  if (row.previous_sealed && row.previous_valid_until && new Date(row.previous_valid_until) > new Date()) {
+  const until = row.previous_valid_until ? new Date(row.previous_valid_until) : null;
+  if (row.previous_sealed && until && until > new Date()) {
     secrets.push(keyring.decrypt(SIGNING_SECRET_PURPOSE, row.previous_sealed));
+    return { secrets, until };
   }
-  return secrets;
+  return { secrets, until: null };
+}
+
+export async function signingSecrets(db: Knex, keyring: Keyring, serviceId: number): Promise<string[]> {
+  return (await signingSecretsUntil(db, keyring, serviceId)).secrets;
 }
 
 export const utcDay = (at = new Date()): string => at.toISOString().slice(0, 10);
@@ -150,4 +159,15 @@ export async function usageDays(db: Knex, serviceId: number, from: string, to: s
     deliveries: Number(r.deliveries),
     egress_bytes: Number(r.egress_bytes),
   }));
+}
+
+/**
+ * The channel the delivery plane listens on: a tenant's allowlist, signing secret, tokens or status
+ * changed (the payload is its service id). Sent from the changing transaction, so it arrives after
+ * the commit, and the delivery plane drops what it keeps of that tenant.
+ */
+export const TENANT_CHANGED_CHANNEL = 'images_tenant_changed';
+
+export async function notifyTenantChanged(db: Knex | Knex.Transaction, serviceId: number): Promise<void> {
+  await db.raw('select pg_notify(?, ?)', [TENANT_CHANGED_CHANNEL, String(serviceId)]);
 }
