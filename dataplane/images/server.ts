@@ -336,7 +336,9 @@ export class ImageDeliveryServer {
         if (err instanceof UnsupportedImageError) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
         throw err;
       }
-      await this.cache.put(tenant.tenant, key, image);
+      // Written beside the answer, not before it: a failed write only costs a later miss.
+      const made = image;
+      void this.cache.put(tenant.tenant, key, made).catch(() => undefined);
     }
     this.hotPut(hotKey, image);
     // A HEAD sends no image: it is neither a delivery nor egress (a transformation it caused still counts).
