@@ -196,6 +196,16 @@ describe('image services: the delivery plane', () => {
     });
   });
 
+  it('a burst of requests for a new image fetches and transforms it once, and counts one transformation', async () => {
+    const before = await usage();
+    const hits = originHits;
+    const answers = await Promise.all(Array.from({ length: 8 }, () => img({ url: src('photo.jpg'), w: '333', format: 'webp' })));
+    expect(answers.map((a) => a.status)).toEqual(Array(8).fill(200));
+    expect(originHits - hits).toBe(1);
+    const after = await usage();
+    expect([after.transformations - before.transformations, after.deliveries - before.deliveries]).toEqual([1, 8]);
+  });
+
   it('picks the format from Accept when none is asked, and fits cover/contain/fill exactly', async () => {
     const avif = await img({ url: src('photo.jpg'), w: '120' }, { accept: 'image/avif,image/webp,*/*' });
     expect(avif.headers.get('content-type')).toBe('image/avif');

@@ -19,7 +19,7 @@ import type { TargetPolicy } from '../../infra/webhook-targets';
 import { DiskImageCache, type CachedImage } from './cache';
 import { fetchSource, OriginFailed, OriginRefused, SourceTooLarge } from './fetch';
 import { allowedBy, sourceHost } from '../../domain/images/origins';
-import { canonicalTransformation, ParamError, parseDelivery } from './params';
+import { canonicalTransformation, ParamError, parseDelivery, type Transformation } from './params';
 import { signatureMatches, signedUrl } from './signing';
 import { transform, UnsupportedImageError } from './transform';
 
@@ -88,6 +88,8 @@ export class ImageDeliveryServer {
   /** The hottest transformed images, in memory (least recently served dropped first). */
   private readonly hot = new Map<string, CachedImage>();
   private hotBytes = 0;
+  /** Transformations under way, by tenant and canonical transformation. */
+  private readonly making = new Map<string, Promise<CachedImage>>();
   private readonly pending = new Map<number, { transformations: number; deliveries: number; egress_bytes: number }>();
   private flusher: NodeJS.Timeout | null = null;
 
@@ -272,6 +274,26 @@ export class ImageDeliveryServer {
     return tenant;
   }
 
+  /** Fetches the source and transforms it, mapping the failures to the delivery plane's answers. */
+  private async make(t: Transformation): Promise<CachedImage> {
+    let source: Buffer;
+    try {
+      source = await fetchSource(t.url, this.options.policy, { maxBytes: this.options.maxSourceBytes, timeoutMs: this.options.fetchTimeoutMs });
+    } catch (err) {
+      if (err instanceof OriginRefused) throw new DeliveryError(403, 'authorization_error', 'origin_not_allowed', err.message, 'url');
+      if (err instanceof SourceTooLarge) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
+      if (err instanceof OriginFailed) throw new DeliveryError(502, 'api_error', 'origin_error', err.message, 'url');
+      throw err;
+    }
+    try {
+      const out = await transform(source, t);
+      return { body: out.body, contentType: out.contentType, format: out.format };
+    } catch (err) {
+      if (err instanceof UnsupportedImageError) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
+      throw err;
+    }
+  }
+
   /** The tenant a signed URL names (trusted for a second, like a token: its status may change). */
   private async tenantOfHandle(handle: string): Promise<(TenantRow & { status: string }) | null> {
     const cached = this.handles.get(handle);
@@ -319,26 +341,19 @@ export class ImageDeliveryServer {
     let image = this.hotGet(hotKey) ?? (await this.cache.get(tenant.tenant, key));
     let hit = true;
     if (!image) {
-      hit = false;
-      let source: Buffer;
-      try {
-        source = await fetchSource(t.url, this.options.policy, { maxBytes: this.options.maxSourceBytes, timeoutMs: this.options.fetchTimeoutMs });
-      } catch (err) {
-        if (err instanceof OriginRefused) throw new DeliveryError(403, 'authorization_error', 'origin_not_allowed', err.message, 'url');
-        if (err instanceof SourceTooLarge) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
-        if (err instanceof OriginFailed) throw new DeliveryError(502, 'api_error', 'origin_error', err.message, 'url');
-        throw err;
+      // Concurrent misses of one image wait for the first: one fetch, one transformation (counted once).
+      const running = this.making.get(hotKey);
+      if (running) {
+        image = await running;
+      } else {
+        hit = false;
+        const making = this.make(t).finally(() => this.making.delete(hotKey));
+        this.making.set(hotKey, making);
+        image = await making;
+        // Written beside the answer, not before it: a failed write only costs a later miss.
+        const made = image;
+        void this.cache.put(tenant.tenant, key, made).catch(() => undefined);
       }
-      try {
-        const out = await transform(source, t);
-        image = { body: out.body, contentType: out.contentType, format: out.format };
-      } catch (err) {
-        if (err instanceof UnsupportedImageError) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
-        throw err;
-      }
-      // Written beside the answer, not before it: a failed write only costs a later miss.
-      const made = image;
-      void this.cache.put(tenant.tenant, key, made).catch(() => undefined);
     }
     this.hotPut(hotKey, image);
     // A HEAD sends no image: it is neither a delivery nor egress (a transformation it caused still counts).
