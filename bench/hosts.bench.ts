@@ -27,7 +27,6 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { readdir, readFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -49,6 +48,7 @@ import type { LbListener } from '../providers/lb.provider';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { createWorker } from '../workers/worker';
+import { vitestRunning, watchForSuites } from './suite-watch';
 
 const positional = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const CALLS = Number(positional[0] ?? 300);
@@ -73,33 +73,6 @@ const load = () =>
     .join(' ');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
-async function vitestRunning(): Promise<boolean> {
-  for (const pid of await readdir('/proc')) {
-    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (cmdline.includes('vitest')) return true;
-  }
-  return false;
-}
-
-/** Looks for a test suite every 5 s while the bench runs, so that the results say whether one ran beside it. */
-function watchForSuites(): { stop(): string } {
-  let seen = 0;
-  let looks = 0;
-  const timer = setInterval(() => {
-    void vitestRunning().then((running) => {
-      looks++;
-      if (running) seen++;
-    });
-  }, 5_000);
-  return {
-    stop() {
-      clearInterval(timer);
-      return `a test suite (vitest) was running in ${seen} of ${looks} looks, every 5 s`;
-    },
-  };
-}
-
 interface Summary {
   n: number;
   p50: number;

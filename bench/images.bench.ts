@@ -44,7 +44,7 @@
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { readdir, readFile, rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -61,6 +61,7 @@ import { loadKeyring } from '../infra/master-key';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds } from './cpu';
+import { vitestRunning, watchForSuites } from './suite-watch';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean).map(Number);
@@ -95,33 +96,6 @@ const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 :
 const pct = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
-async function vitestRunning(): Promise<boolean> {
-  for (const pid of await readdir('/proc')) {
-    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (cmdline.includes('vitest')) return true;
-  }
-  return false;
-}
-
-/** Looks for a test suite every 5 s while the bench runs, so that the results say whether one ran beside it. */
-function watchForSuites(): { stop(): string } {
-  let seen = 0;
-  let looks = 0;
-  const timer = setInterval(() => {
-    void vitestRunning().then((running) => {
-      looks++;
-      if (running) seen++;
-    });
-  }, 5_000);
-  return {
-    stop() {
-      clearInterval(timer);
-      return `a test suite (vitest) was running in ${seen} of ${looks} looks, every 5 s`;
-    },
-  };
-}
-
 interface Summary {
   n: number;
   p50: number;

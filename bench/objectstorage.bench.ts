@@ -37,7 +37,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
-import { readdir, readFile, rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -60,6 +60,7 @@ import { SeaweedServer, stopSeaweedServer } from '../providers/seaweedfs/seaweed
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';
 import { httpClient } from '../test/helpers/http';
+import { vitestRunning, watchForSuites } from './suite-watch';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').map(Number);
@@ -86,33 +87,6 @@ const now = () => performance.now();
 const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
-async function vitestRunning(): Promise<boolean> {
-  for (const pid of await readdir('/proc')) {
-    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (cmdline.includes('vitest')) return true;
-  }
-  return false;
-}
-
-/** Looks for a test suite every 5 s while the bench runs, so that the results say whether one ran beside it. */
-function watchForSuites(): { stop(): string } {
-  let seen = 0;
-  let looks = 0;
-  const timer = setInterval(() => {
-    void vitestRunning().then((running) => {
-      looks++;
-      if (running) seen++;
-    });
-  }, 5_000);
-  return {
-    stop() {
-      clearInterval(timer);
-      return `a test suite (vitest) was running in ${seen} of ${looks} looks, every 5 s`;
-    },
-  };
-}
-
 interface Summary {
   n: number;
   p50: number;
