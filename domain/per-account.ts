@@ -7,13 +7,14 @@ import { DomainError } from './errors';
  * while an order of one is not paid yet, is refused before billing with `409 already_exists`, param
  * `product`. `productFamily` is the catalog family (`objectstorage`, `images`).
  */
-const LIVE = ['active', 'pending', 'suspended', 'fraud', 'unknown'];
+/** Statuses in which an account holds such a product (its service is not terminated or cancelled). */
+export const LIVE_STATUSES = ['active', 'pending', 'suspended', 'fraud', 'unknown'] as const;
 
 export async function refuseSecondOf(db: Knex | Knex.Transaction, accountId: number, productFamily: string, what: string): Promise<void> {
   const live = await db('services')
     .where({ account_id: accountId })
     .where((w) => w.where('family', productFamily).orWhere('product_family', productFamily))
-    .whereIn('status', LIVE)
+    .whereIn('status', [...LIVE_STATUSES])
     .first('id');
   const ordered = await db('orders')
     .join('products', 'products.id', 'orders.product_id')

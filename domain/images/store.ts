@@ -2,6 +2,9 @@ import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
 import { notFound } from '../errors';
+import { LIVE_STATUSES } from '../per-account';
+
+export { LIVE_STATUSES };
 import { whereVisibleService, type Principal } from '../principal';
 import type { ServiceRow } from '../services';
 
@@ -10,7 +13,6 @@ import type { ServiceRow } from '../services';
  * A tenant is the account's live `images` service (catalog family `images`, service family `other`).
  */
 export const SIGNING_SECRET_PURPOSE = 'images-signing-secret';
-export const LIVE_STATUSES = ['active', 'pending', 'suspended', 'fraud', 'unknown'] as const;
 
 export interface TenantRow {
   service_id: number;

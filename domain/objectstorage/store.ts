@@ -1,5 +1,8 @@
 import type { Knex } from 'knex';
 import { conflict, notFound } from '../errors';
+import { LIVE_STATUSES } from '../per-account';
+
+export { LIVE_STATUSES };
 import { whereVisibleService, type Principal } from '../principal';
 import type { ServiceRow } from '../services';
 
@@ -44,9 +47,6 @@ export interface StorageTarget {
   service: ServiceRow;
   storage: StorageRow;
 }
-
-/** Statuses in which an account holds its object storage (one at a time; DECISIONS "Object storage"). */
-export const LIVE_STATUSES = ['active', 'pending', 'suspended', 'fraud', 'unknown'] as const;
 
 const num = <T extends { service_id: number }>(row: T | undefined): T | null => (row ? { ...row, service_id: Number(row.service_id) } : null);
 
