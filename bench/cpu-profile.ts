@@ -1,6 +1,7 @@
 /**
  * Summarises a V8 `.cpuprofile` (from `npx tsx bench/api.bench.ts --cpu-prof`, or any --cpu-prof):
- * `npx tsx bench/cpu-profile.ts <file.cpuprofile> [top=25] [--requests=N]`. Prints, as shares of the
+ * `npx tsx bench/cpu-profile.ts <file.cpuprofile> [top=25] [--requests=N] [--skip=seconds]` (`--skip` leaves out
+ * the first seconds, a process's start-up). Prints, as shares of the
  * time the process was busy (idle left out):
  *
  * - the request path **by stage** (auth, rate limit, zod, knex, the PostgreSQL client, cursor
@@ -105,12 +106,18 @@ function main() {
   const args = process.argv.slice(2);
   const [file, topArg] = args.filter((a) => !a.startsWith('--'));
   if (!file) {
-    console.error('usage: npx tsx bench/cpu-profile.ts <file.cpuprofile> [top] [--requests=N]');
+    console.error('usage: npx tsx bench/cpu-profile.ts <file.cpuprofile> [top] [--requests=N] [--skip=seconds]');
     process.exit(2);
   }
   const requests = Number(args.find((a) => a.startsWith('--requests='))?.slice(11)) || undefined;
   const TOP = Number(topArg ?? 25);
   const profile: Profile = JSON.parse(readFileSync(file, 'utf8'));
+  // --skip=S leaves out the first S seconds of samples (a process's start-up: module loading, compiling).
+  const skipUs = Number(args.find((a) => a.startsWith('--skip='))?.slice(7) ?? 0) * 1e6;
+  if (skipUs > 0) {
+    let at = 0;
+    profile.timeDeltas = profile.timeDeltas.map((d) => ((at += d) < skipUs ? 0 : d));
+  }
   const root = path.resolve(__dirname, '..');
 
   const selfUs = new Map<number, number>();

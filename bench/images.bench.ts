@@ -61,6 +61,7 @@ import { loadKeyring } from '../infra/master-key';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds } from './cpu';
+import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
 import { vitestRunning, watchForSuites } from './suite-watch';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -72,6 +73,8 @@ const WIDTHS = list(arg('widths', '200,400,800'));
 const HIT_CONNECTIONS = list(arg('hits', '1,16,64'));
 const MISS_CONCURRENCY = list(arg('misses', '1,2,4'));
 const CHILD = arg('child', '');
+/** More Node flags for the delivery plane (e.g. `--plane-node-flags="--trace-gc"`), after IMAGES_NODE_FLAGS. */
+const PLANE_NODE_FLAGS = arg('plane-node-flags', '').split(' ').filter(Boolean);
 /** A directory for a V8 CPU profile of the delivery plane (main.ts started with --cpu-prof; written when it stops). */
 const CPU_PROF = arg('cpu-prof', '');
 const HIT_TARGET = 0.5;
@@ -368,7 +371,8 @@ function startChild(args: string[], env: Record<string, string>): Promise<Child>
   const child = fork(__filename, args, {
     cwd: root,
     env: { ...process.env, ...env },
-    execArgv: ['--import', 'tsx'],
+    // The plane's own child runs with the plane's flags; sharp's children as a plain process would.
+    execArgv: [...(args[0] === '--child=plane' ? [...IMAGES_NODE_FLAGS, ...PLANE_NODE_FLAGS] : []), '--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const stop = async () => {
@@ -504,7 +508,7 @@ async function main(): Promise<void> {
     };
     const startedAt = now();
     const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF)}`] : [];
-    plane = spawn(process.execPath, [...profile, '--import', 'tsx', 'dataplane/images/main.ts'], {
+    plane = spawn(process.execPath, [...profile, ...IMAGES_NODE_FLAGS, ...PLANE_NODE_FLAGS, '--import', 'tsx', 'dataplane/images/main.ts'], {
       cwd: root,
       env: { ...process.env, ...planeEnv, IMAGES_PORT: String(planePort) },
       stdio: ['ignore', 'inherit', 'inherit'],

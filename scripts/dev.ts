@@ -19,6 +19,7 @@ import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter';
 import { checkoutRanges, joinHostPort, portOrFree, splitHostPort } from '../providers/local-server';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../infra/temporal';
+import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
 
 /**
  * The local run (`npm start`): PostgreSQL is already up (scripts/ensure-tools.sh); this migrates and
@@ -330,7 +331,7 @@ async function main() {
   }
   run('worker', tsxBin, ['workers/main.ts']);
   run('api', tsxBin, ['api/server.ts']);
-  run('images', tsxBin, ['dataplane/images/main.ts']);
+  run('images', tsxBin, [...IMAGES_NODE_FLAGS, 'dataplane/images/main.ts']);
   const apiUrl = `http://${config.HOST}:${config.PORT}`;
   await waitFor('API', async () => (await fetch(`${apiUrl}/readyz`).catch(() => null))?.ok === true);
 

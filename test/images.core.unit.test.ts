@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { deflateSync } from 'node:zlib';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -8,11 +9,13 @@ import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DiskImageCache } from '../dataplane/images/cache';
-import { fetchSource, OriginFailed, OriginRefused, SourceTooLarge } from '../dataplane/images/fetch';
+import { fetchSource, OriginFailed, OriginRefused, SourceBuffers, SourceTooLarge } from '../dataplane/images/fetch';
 import { allowedBy, normalizePattern, OriginPatternError, patternMatches, sourceHost } from '../domain/images/origins';
 import { canonicalTransformation, parseDelivery, ParamError, resolveFormat } from '../dataplane/images/params';
 import { canonicalString, enc, signatureMatches, signatureOf, signedUrl } from '../dataplane/images/signing';
 import { MAX_INPUT_PIXELS, transform, UnsupportedImageError } from '../dataplane/images/transform';
+import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
+import { readFileSync } from 'node:fs';
 
 /**
  * The image delivery plane's core (DECISIONS "Images"), without a server: the signature's exact
@@ -34,6 +37,9 @@ describe('signatures', () => {
   it('encodes like RFC 3986 unreserved characters, upper-case %XX of UTF-8 bytes', () => {
     expect(enc('aZ09-._~')).toBe('aZ09-._~');
     expect(enc('a b/é+&=')).toBe('a%20b%2F%C3%A9%2B%26%3D');
+    // What encodeURIComponent leaves alone but RFC 3986 reserves; a lone surrogate is U+FFFD's bytes.
+    expect(enc("!'()*")).toBe('%21%27%28%29%2A');
+    expect(enc('😀\ud800x')).toBe('%F0%9F%98%80%EF%BF%BDx');
   });
 
   it('signs /v1/img? and the parameters but sig, sorted by encoded key then value, as hex HMAC-SHA256 of the secret', () => {
@@ -191,7 +197,8 @@ describe('transformations with sharp', () => {
   it('refuses what is not an image, and a decompression bomb, without decoding it', async () => {
     await expect(transform(Buffer.from('definitely not an image'), base)).rejects.toThrow(UnsupportedImageError);
     await expect(transform(jpeg.subarray(0, 2000), { ...base, w: 10 })).rejects.toThrow(UnsupportedImageError);
-    await expect(transform(bombPng(100_000, 100_000), { ...base, w: 10 })).rejects.toThrow(UnsupportedImageError);
+    await expect(transform(bombPng(100_000, 100_000), { ...base, w: 10 })).rejects.toThrow(/more than 70000000 pixels/);
+    await expect(transform(bombPng(100_000, 100_000), { ...base, format: 'webp' })).rejects.toThrow(UnsupportedImageError);
     expect(100_000 * 100_000).toBeGreaterThan(MAX_INPUT_PIXELS);
   });
 });
@@ -211,6 +218,14 @@ describe('the disk cache', () => {
     expect(await cache.get('t2', 'k')).toBeNull();
     await cache.dropTenant('t1');
     expect(await cache.get('t1', 'k')).toBeNull();
+  });
+
+  it('keeps writing after its directories are removed under it', async () => {
+    const cache = new DiskImageCache(dir);
+    await cache.put('t3', 'a', { body: Buffer.from('one'), contentType: 'image/png', format: 'png' });
+    await rm(dir, { recursive: true, force: true });
+    await cache.put('t3', 'a', { body: Buffer.from('two'), contentType: 'image/png', format: 'png' });
+    expect((await cache.get('t3', 'a'))?.body.toString()).toBe('two');
   });
 });
 
@@ -261,6 +276,8 @@ describe('fetching a source with the SSRF rules', () => {
         return;
       }
       if (req.url === '/slow') return void setTimeout(() => res.end('late'), 2_000);
+      const sized = /^\/bytes\/(\d+)\/(\d+)$/.exec(req.url ?? '');
+      if (sized) return res.writeHead(200, { 'content-length': sized[1] }).end(Buffer.alloc(Number(sized[1]), Number(sized[2])));
       res.writeHead(404).end();
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -305,5 +322,59 @@ describe('fetching a source with the SSRF rules', () => {
     await expect(fetchSource(`http://127.0.0.1:${port}/big`, dev, limits)).rejects.toThrow(SourceTooLarge);
     await expect(fetchSource(`http://127.0.0.1:${port}/drip`, dev, limits)).rejects.toThrow(SourceTooLarge);
     await expect(fetchSource(`http://127.0.0.1:${port}/slow`, dev, limits)).rejects.toThrow(/within 500 ms/);
+  });
+
+  it('reads bodies into buffers used again, each exactly its own bytes, and gives them back when a fetch fails', async () => {
+    const buffers = new SourceBuffers(1024, 2);
+    const pooled = { ...limits, buffers };
+    const first = await fetchSource(`http://127.0.0.1:${port}/bytes/900/1`, dev, pooled);
+    expect(first.equals(Buffer.alloc(900, 1))).toBe(true);
+    buffers.release(first);
+    buffers.release(first); // a second release is ignored
+    expect(buffers.idleCount).toBe(1);
+    const second = await fetchSource(`http://127.0.0.1:${port}/bytes/300/2`, dev, pooled);
+    expect(second.buffer).toBe(first.buffer); // the same memory, now holding only the new body
+    expect(second.equals(Buffer.alloc(300, 2))).toBe(true);
+    expect(buffers.idleCount).toBe(0);
+    // Over the pool's size: an ordinary buffer, which release ignores.
+    const large = await fetchSource(`http://127.0.0.1:${port}/bytes/2000/3`, dev, pooled);
+    expect(large.equals(Buffer.alloc(2000, 3))).toBe(true);
+    buffers.release(large);
+    expect(buffers.idleCount).toBe(0);
+  });
+
+  it('refuses an answer shorter or longer than its Content-Length, giving its buffer back', async () => {
+    const liar = net.createServer((socket) => {
+      socket.once('data', (request) => {
+        const long = request.toString().startsWith('GET /long');
+        socket.end(`HTTP/1.1 200 OK\r\nContent-Length: ${long ? 10 : 50}\r\nConnection: close\r\n\r\n${'x'.repeat(20)}`);
+      });
+    });
+    await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
+    const at = (liar.address() as AddressInfo).port;
+    try {
+      const buffers = new SourceBuffers(1024, 2);
+      await expect(fetchSource(`http://127.0.0.1:${at}/short`, dev, { ...limits, buffers })).rejects.toThrow(OriginFailed);
+      await expect(fetchSource(`http://127.0.0.1:${at}/long`, dev, { ...limits, buffers })).rejects.toThrow(OriginFailed);
+      expect(buffers.idleCount).toBe(1);
+    } finally {
+      liar.close();
+    }
+  });
+});
+
+describe('launching the delivery plane', () => {
+  it('every launcher passes the Node flags V8 only reads at start', () => {
+    const root = path.resolve(__dirname, '..');
+    const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    const dockerImages = /images\) exec node ([^;]*) ;;/.exec(readFileSync(path.join(root, 'Dockerfile'), 'utf8'))?.[1] ?? '';
+    expect(IMAGES_NODE_FLAGS.length).toBeGreaterThan(0);
+    for (const flag of IMAGES_NODE_FLAGS) {
+      expect(pkg.scripts.images.split(' '), 'npm run images').toContain(flag);
+      expect(dockerImages.split(' '), "the image's images command").toContain(flag);
+    }
+    expect(readFileSync(path.join(root, 'scripts/dev.ts'), 'utf8')).toMatch(
+      /run\('images', tsxBin, \[\.\.\.IMAGES_NODE_FLAGS, 'dataplane\/images\/main\.ts'\]\)/,
+    );
   });
 });

@@ -17,6 +17,9 @@ export interface CachedImage {
 }
 
 export class DiskImageCache {
+  /** Directories known to exist (made or found once): a miss does not ask for them again. */
+  private readonly made = new Set<string>();
+
   constructor(private readonly dir: string) {}
 
   private fileOf(tenant: string, canonical: string): string {
@@ -40,14 +43,40 @@ export class DiskImageCache {
 
   async put(tenant: string, canonical: string, image: CachedImage): Promise<void> {
     const file = this.fileOf(tenant, canonical);
-    await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+    const dir = path.dirname(file);
     const temp = `${file}.${randomBytes(6).toString('hex')}.partial`;
-    await fs.writeFile(temp, Buffer.concat([Buffer.from(`${image.contentType} ${image.format}\n`), image.body]), { mode: 0o600 });
-    await fs.rename(temp, file);
+    const header = Buffer.from(`${image.contentType} ${image.format}\n`);
+    let handle: fs.FileHandle;
+    try {
+      if (!this.made.has(dir)) await this.makeDir(dir);
+      handle = await fs.open(temp, 'w', 0o600);
+    } catch (err) {
+      // The directory went away (the cache was cleared under the process): make it again, once.
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      await this.makeDir(dir);
+      handle = await fs.open(temp, 'w', 0o600);
+    }
+    try {
+      const { bytesWritten } = await handle.writev([header, image.body]);
+      if (bytesWritten !== header.length + image.body.length) throw new Error(`short write to the image cache (${bytesWritten} bytes)`);
+      await handle.close();
+      await fs.rename(temp, file);
+    } catch (err) {
+      await handle.close().catch(() => undefined);
+      await fs.rm(temp, { force: true });
+      throw err;
+    }
+  }
+
+  private async makeDir(dir: string): Promise<void> {
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    if (this.made.size > 100_000) this.made.clear();
+    this.made.add(dir);
   }
 
   /** Forgets every entry of a tenant (its service ended). */
   async dropTenant(tenant: string): Promise<void> {
+    this.made.clear();
     await fs.rm(path.join(this.dir, createHash('sha256').update(tenant).digest('hex').slice(0, 16)), { recursive: true, force: true });
   }
 }

@@ -3,6 +3,7 @@ import { createLogger } from '../../common/logger';
 import { loadKeyring } from '../../infra/master-key';
 import { createDb } from '../../db/knex';
 import { localServicePorts, protectLocalPorts } from '../../infra/webhook-targets';
+import { IMAGES_NODE_FLAGS } from './node-flags';
 import { ImageDeliveryServer } from './server';
 
 /**
@@ -12,6 +13,8 @@ import { ImageDeliveryServer } from './server';
 async function main() {
   const config = loadConfig();
   const logger = createLogger(config.LOG_LEVEL, 'images');
+  const missing = IMAGES_NODE_FLAGS.filter((flag) => !process.execArgv.includes(flag));
+  if (missing.length > 0) logger.warn({ missing }, "started without the delivery plane's Node flags (dataplane/images/node-flags.ts): misses cost more CPU");
   const db = createDb(config.DATABASE_URL);
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
   // Sources on loopback (ALLOW_INSECURE_TARGETS) never reach the platform's own ports.

@@ -1,4 +1,4 @@
-import sharp, { type Metadata } from 'sharp';
+import sharp from 'sharp';
 import type { OutputFormat, Transformation } from './params';
 
 /**
@@ -26,16 +26,16 @@ export interface Transformed {
 sharp.concurrency(1);
 sharp.cache(false);
 
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+/**
+ * One sharp pipeline per transformation (no separate `metadata()` call: that was a second trip
+ * through libuv's pool and libvips per miss). libvips reads the header before it decodes, so
+ * `limitInputPixels` refuses a decompression bomb without decoding it; `format: 'source'` is told
+ * from the first bytes (PNG stays PNG, the rest become JPEG).
+ */
 export async function transform(input: Buffer, t: Transformation): Promise<Transformed> {
-  let source: Metadata;
-  try {
-    source = await sharp(input, { limitInputPixels: MAX_INPUT_PIXELS, failOn: 'error' }).metadata();
-  } catch (err) {
-    throw new UnsupportedImageError(`the source is not an image this service can read (${(err as Error).message})`);
-  }
-  if (!source.width || !source.height) throw new UnsupportedImageError('the source has no dimensions');
-  if (source.width * source.height > MAX_INPUT_PIXELS) throw new UnsupportedImageError(`the source has more than ${MAX_INPUT_PIXELS} pixels`);
-  const format: OutputFormat = t.format !== 'source' ? t.format : source.format === 'png' ? 'png' : 'jpeg';
+  const format: OutputFormat = t.format !== 'source' ? t.format : input.subarray(0, 8).equals(PNG_SIGNATURE) ? 'png' : 'jpeg';
   try {
     let pipeline = sharp(input, { limitInputPixels: MAX_INPUT_PIXELS, failOn: 'error' }).rotate();
     if (t.w !== null || t.h !== null) {
@@ -55,6 +55,8 @@ export async function transform(input: Buffer, t: Transformation): Promise<Trans
     const { data, info } = await pipeline.toBuffer({ resolveWithObject: true });
     return { body: data, format, contentType: MIME[format], width: info.width, height: info.height };
   } catch (err) {
-    throw new UnsupportedImageError(`the source could not be transformed (${(err as Error).message})`);
+    const reason = (err as Error).message;
+    if (/pixel limit/i.test(reason)) throw new UnsupportedImageError(`the source has more than ${MAX_INPUT_PIXELS} pixels`);
+    throw new UnsupportedImageError(`the source is not an image this service can read (${reason})`);
   }
 }
