@@ -429,6 +429,7 @@ interface HitRun {
 }
 
 async function main(): Promise<void> {
+  const runStartedOn = new Date().toISOString().slice(0, 10);
   const watch = watchForSuites();
   console.log(
     `images bench: ${CORES} x ${os.cpus()[0]?.model}, Node ${process.version}, sharp ${sharp.versions.sharp} (libvips ${sharp.versions.vips}), ` +
@@ -757,10 +758,14 @@ async function main(): Promise<void> {
     const exited = new Promise((resolve) => plane!.once('exit', resolve));
     plane.kill('SIGTERM');
     await exited;
-    const today = new Date().toISOString().slice(0, 10);
-    const usage = (await usageDays(db, serviceId, today, today))[0];
+    // Every UTC day the run touched (a run can cross midnight).
+    const days = await usageDays(db, serviceId, runStartedOn, new Date().toISOString().slice(0, 10));
+    const usage = days.reduce((sum, d) => ({ deliveries: sum.deliveries + d.deliveries, transformations: sum.transformations + d.transformations }), {
+      deliveries: 0,
+      transformations: 0,
+    });
     console.log(
-      `\nusage recorded: ${usage?.deliveries ?? 0} deliveries and ${usage?.transformations ?? 0} transformations; ` +
+      `\nusage recorded: ${usage.deliveries} deliveries and ${usage.transformations} transformations (${days.length} UTC day${days.length === 1 ? '' : 's'}); ` +
         `counted here: ${answered} answers 200 (and up to ${uncounted} in flight when a load window closed) and ${transformed} misses ` +
         `(the origin answered ${originRequests} fetches)`,
     );

@@ -71,6 +71,12 @@ interface ParsedDelivery {
   host: string | null;
   key: string;
   signedString: string | null;
+  /**
+   * The tenant's secrets (the very array the tenant's state holds) this signature was found good
+   * with: while that state is unchanged the HMAC is not computed again. A rotation, or the state
+   * read again, gives a new array, and the signature is checked anew.
+   */
+  verifiedWith?: readonly string[];
 }
 /** Queries longer than this are parsed every time rather than remembered. */
 const PARSED_QUERY_MAX = 2048;
@@ -362,14 +368,15 @@ export class ImageDeliveryServer {
   }
 
   private async deliver(req: http.IncomingMessage, res: http.ServerResponse, search: string, requestId: string): Promise<void> {
-    const { request, host, key, signedString } = this.parse(search, req.headers.accept);
+    const parsed = this.parse(search, req.headers.accept);
+    const { request, host, key, signedString } = parsed;
     let tenant: TenantRow & { status: string };
     if (request.signed) {
       const found = await this.tenantOfHandle(request.signed.tenant);
       const secrets = found ? (await this.stateOf(found.service_id, true)).secrets : [];
-      if (!found || !signatureMatches(secrets, signedString!, request.signed.sig)) {
-        throw new DeliveryError(403, 'authorization_error', 'invalid_signature', 'The signature does not match this URL.');
-      }
+      const good = found !== null && (parsed.verifiedWith === secrets || signatureMatches(secrets, signedString!, request.signed.sig));
+      if (!good) throw new DeliveryError(403, 'authorization_error', 'invalid_signature', 'The signature does not match this URL.');
+      parsed.verifiedWith = secrets;
       if (request.signed.exp * 1000 < Date.now()) throw new DeliveryError(403, 'authorization_error', 'signature_expired', 'The signed URL has expired.');
       tenant = found;
     } else {
