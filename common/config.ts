@@ -244,6 +244,23 @@ export const configSchema = z
       .default(25 * 1024 * 1024),
     /** Bound on fetching one source image from its origin. */
     IMAGES_FETCH_TIMEOUT: duration('10s'),
+    /** Mail gateway: the `/emails` data plane's port (`npm start` runs it); 0 picks a free one. */
+    MAIL_PORT: z.coerce.number().int().min(0).max(65535).default(3200),
+    /** The mail data plane's URL as accounts see it (`api_endpoint`); default `http://127.0.0.1:<MAIL_PORT>`. */
+    MAIL_API_ENDPOINT: z.string().url().optional(),
+    /** The host a sending domain's bounce subdomain points its MX at (`mail_from_mx`), and its SPF names. */
+    MAIL_MX_HOST: z
+      .string()
+      .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, 'must be a host name such as mx.mail.example.net')
+      .default('mx.mail.localhost'),
+    /**
+     * Where every "is this record published / does this name point here" check resolves (`host:port`;
+     * DECISIONS "Data planes and outbound fetches"): mail domain verification. Unset: the system's resolver.
+     */
+    DNS_RESOLVER: z
+      .string()
+      .regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port (an IPv6 address in brackets)')
+      .optional(),
     /** DNS family: `powerdns` (the real server, through its HTTP API) or `simulator` (PostgreSQL, answers no queries). */
     DNS_BACKEND: z.enum(['powerdns', 'simulator']).default('powerdns'),
     /** Where the local run's PowerDNS answers DNS queries (UDP and TCP). */

@@ -9,6 +9,7 @@ import { dnsFamily } from './dns';
 import { hostsFamily } from './hosts';
 import { imagesFamily } from './images';
 import { lbFamily } from './lb';
+import { mailGatewayFamily } from './mailgateway';
 import { objectStorageFamily } from './objectstorage';
 import type { FamilyManifest } from './manifest';
 import { ordersFamily } from './orders';
@@ -32,6 +33,7 @@ export const families: readonly FamilyManifest[] = [
   dnsFamily,
   objectStorageFamily,
   imagesFamily,
+  mailGatewayFamily,
 ];
 
 /** The families' backends, for the provider registry. */

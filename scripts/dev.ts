@@ -88,6 +88,8 @@ async function chooseLocalSettings(): Promise<string[]> {
     const dns = splitHostPort(usual.DNS_SERVER_ADDRESS);
     await move('PowerDNS DNS', 'DNS_SERVER_ADDRESS', dns.host, dns.port, (p) => joinHostPort(dns.host, p), { udp: true });
   }
+  // DECISIONS: every "is this record published" check of a local run asks its own PowerDNS.
+  if (unset('DNS_RESOLVER') && usual.DNS_BACKEND === 'powerdns') env.DNS_RESOLVER = env.DNS_SERVER_ADDRESS ?? usual.DNS_SERVER_ADDRESS;
   config = loadConfig(env);
   return moved;
 }

@@ -88,5 +88,11 @@ describe('demo seed', () => {
     for (const i of instances) expect(i.ready_at).not.toBeNull();
     expect(await database.db('dns_zones').select('name')).toEqual([{ name: 'example.test' }]);
     expect(await database.db('sim_dns_rrsets').where({ zone: 'example.test' }).count('* as n').first()).toEqual({ n: 4 });
+    // The mail gateway with its sending domain (pending: no DNS_RESOLVER here to verify it against).
+    const mail = await database
+      .db('mail_domains')
+      .join('mail_gateways', 'mail_gateways.service_id', 'mail_domains.service_id')
+      .where('mail_gateways.account_id', 1);
+    expect(mail.map((d) => [d.domain, d.status])).toEqual([['example.test', 'pending']]);
   });
 });

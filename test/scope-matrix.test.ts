@@ -133,11 +133,31 @@ const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => P
     return 'matrix.example.com';
   },
   key_id: async (svc) => {
+    // A sending key when the service is a mail gateway, else an S3 key.
+    if (await stack.db('mail_gateways').where({ service_id: svc.serviceId }).first()) {
+      const [key] = await stack
+        .db('mail_keys')
+        .insert({ service_id: svc.serviceId, name: 'matrix', secret_hash: `matrix${svc.serviceId}` })
+        .returning('id');
+      return `mgk_${key.id}`;
+    }
     const [row] = await stack
       .db('objectstorage_keys')
       .insert({ service_id: svc.serviceId, name: 'matrix', access_key_id: `AKIAMATRIX${svc.serviceId}` })
       .returning('id');
     return `s3k_${row.id}`;
+  },
+  domain: async (svc) => {
+    const domain = `matrix-${svc.serviceId}.example`;
+    await stack.db('mail_domains').insert({
+      service_id: svc.serviceId,
+      domain,
+      dkim_selector: 'matrix',
+      dkim_public: 'AAAA',
+      dkim_private_sealed: stack.api.deps.keyring.encrypt('mail-dkim-private-key', 'matrix'),
+      mail_from_host: `bounce.${domain}`,
+    });
+    return domain;
   },
   zone: async (svc) => {
     const zone = `matrix-${svc.serviceId}.example`;
@@ -168,6 +188,11 @@ const SEGMENT_SETUP: Record<string, (svc: { id: string; serviceId: number }) => 
   },
 };
 const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => Promise<void>> = {
+  mailgateway: async (svc) => {
+    await stack
+      .db('mail_gateways')
+      .insert({ service_id: svc.serviceId, account_id: stack.owner.accountId, plan: 'mailgateway-10k', api_endpoint: 'http://127.0.0.1:3200' });
+  },
   objectstorage: async (svc) => {
     await stack.db('objectstorage_services').insert({
       service_id: svc.serviceId,
@@ -178,7 +203,7 @@ const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => P
     });
   },
 };
-const SINGLETON_SEGMENTS = new Set(['object-storage', 'images']);
+const SINGLETON_SEGMENTS = new Set(['object-storage', 'images', 'mail-gateway']);
 
 async function actionPath(route: AnyRoute, svc: { id: string; serviceId: number }): Promise<string> {
   const names = [...route.path.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);

@@ -1,0 +1,309 @@
+import { z } from 'zod';
+import { formatId, parseNumericId } from '../../../common/ids';
+import { iso } from '../../../common/time';
+import { recordsOf } from '../../../domain/mailgateway/domains';
+import { addDomain, createKey, deleteDomain, domainNamed, revokeKey, verifyDomain } from '../../../domain/mailgateway/manage';
+import { monthlyLimitOf } from '../../../domain/mailgateway/plans';
+import {
+  countsOf,
+  domainsOf,
+  findVisibleGateway,
+  keysOf,
+  monthSends,
+  type DomainRow,
+  type GatewayTarget,
+  type KeyRow,
+} from '../../../domain/mailgateway/store';
+import { notFound } from '../../../domain/errors';
+import type { Principal } from '../../../domain/principal';
+import { requireActionable } from '../../../domain/services';
+import type { AppDeps } from '../../deps';
+import { listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { defineRoute } from '../../route';
+import { idParam, listOf } from '../../schemas';
+
+/**
+ * Mail gateway (SPEC "Mail gateway", DECISIONS "Mail gateway"): the account's one gateway, its
+ * sending domains (records to publish and their verification) and sending keys. Mail itself is sent
+ * at the gateway's `api_endpoint` (`POST /emails`) with a key, never here.
+ */
+const TAG = 'Mail gateway';
+
+const UsageCounts = { month: z.string().meta({ description: 'The current UTC month, `YYYY-MM`' }), accepted: z.number().int(), rejected: z.number().int() };
+
+export const MailGatewaySchema = z
+  .object({
+    object: z.literal('mail_gateway'),
+    service_id: z.string(),
+    status: z.enum(['active', 'suspended']).meta({ description: '`suspended`: the service is suspended, or sending is (see `suspended_reason`)' }),
+    suspended_reason: z.string().nullable().meta({ description: 'Why sending is suspended (a rate over its limit), or null' }),
+    api_endpoint: z.string().meta({ description: 'The data plane: `POST {api_endpoint}/emails` with a sending key' }),
+    usage: z.object(UsageCounts),
+    domain_count: z.number().int(),
+    key_count: z.number().int().meta({ description: 'Active (not revoked) sending keys' }),
+    created_at: z.string(),
+  })
+  .meta({ id: 'MailGateway' });
+
+const UsageSchema = z
+  .object({
+    object: z.literal('mail_usage'),
+    ...UsageCounts,
+    limit: z.number().int().meta({ description: 'Accepted sends included each month; past it `/emails` answers `429 quota_exceeded`' }),
+  })
+  .meta({ id: 'MailUsage' });
+
+const RecordSchema = z
+  .object({
+    purpose: z.enum(['dkim', 'mail_from_mx', 'mail_from_spf', 'spf', 'dmarc']),
+    type: z.enum(['TXT', 'MX']),
+    host: z.string().meta({ description: 'The full name to publish at' }),
+    value: z.string().meta({ description: 'The value, as plain text (an MX value is `<priority> <host>`)' }),
+    status: z.enum(['pending', 'verified', 'info']).meta({ description: '`dkim` and `mail_from_mx` are verified; the others are advice (`info`)' }),
+  })
+  .meta({ id: 'MailDnsRecord' });
+
+const DomainSchema = z
+  .object({
+    object: z.literal('mail_domain'),
+    domain: z.string(),
+    status: z.enum(['pending', 'verified']),
+    verified_at: z.string().nullable(),
+    records: z.array(RecordSchema),
+    created_at: z.string(),
+  })
+  .meta({ id: 'MailDomain' });
+
+const KeySchema = z
+  .object({
+    object: z.literal('mail_key'),
+    id: z.string(),
+    name: z.string(),
+    secret: z.string().nullable().meta({ description: '`mg_live_...`, in the answer that creates the key only; null everywhere else' }),
+    created_at: z.string(),
+    last_used_at: z.string().nullable(),
+    revoked_at: z.string().nullable(),
+  })
+  .meta({ id: 'MailKey' });
+
+const DomainBody = z.object({ domain: z.string().min(1).max(253).meta({ description: 'The sending domain (two labels or more)', example: 'example.com' }) });
+const KeyBody = z.object({ name: z.string().trim().min(1).max(100).meta({ example: 'production' }) });
+const domainParams = z.object({ domain: z.string().min(1).max(253).meta({ example: 'example.com' }) });
+const keyParams = z.object({ key_id: idParam('mgk_1') });
+
+async function gatewayOf(deps: AppDeps, principal: Principal, action?: string): Promise<GatewayTarget> {
+  const target = await findVisibleGateway(deps.db, principal);
+  if (action) requireActionable(target.service, action);
+  return target;
+}
+
+const presentDomain = (deps: AppDeps, d: DomainRow, options: { verifiedAtShown: boolean } = { verifiedAtShown: true }) => ({
+  object: 'mail_domain' as const,
+  domain: d.domain,
+  status: d.status,
+  verified_at: options.verifiedAtShown ? iso(d.verified_at) : null,
+  records: recordsOf(d, deps.config.MAIL_MX_HOST),
+  created_at: iso(d.created_at)!,
+});
+
+const presentKey = (k: KeyRow & { secret?: string }) => ({
+  object: 'mail_key' as const,
+  id: formatId('mgk', k.id),
+  name: k.name,
+  secret: k.secret ?? null,
+  created_at: iso(k.created_at)!,
+  last_used_at: iso(k.last_used_at),
+  revoked_at: iso(k.revoked_at),
+});
+
+export const mailGatewayRoutes = [
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway',
+    operationId: 'getMailGateway',
+    summary: "The account's mail gateway",
+    description:
+      "Status, the data plane's `api_endpoint`, this UTC month's accepted and rejected sends, and the counts of domains and active keys. `404` when the account has none (or the credential cannot see it).",
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    responses: [{ status: 200, description: 'The mail gateway', schema: MailGatewaySchema }],
+    async handler({ principal, deps }) {
+      const { service, gateway } = await gatewayOf(deps, principal);
+      const [usage, counts] = await Promise.all([monthSends(deps.db, gateway.service_id), countsOf(deps.db, gateway.service_id)]);
+      const suspended = service.status !== 'active' || gateway.sending_suspended_at !== null;
+      return {
+        body: {
+          object: 'mail_gateway' as const,
+          service_id: formatId('svc', service.id),
+          status: suspended ? ('suspended' as const) : ('active' as const),
+          suspended_reason: gateway.sending_suspended_reason ?? (service.status !== 'active' ? `The service is ${service.status}.` : null),
+          api_endpoint: gateway.api_endpoint,
+          usage,
+          domain_count: counts.domains,
+          key_count: counts.activeKeys,
+          created_at: iso(gateway.created_at)!,
+        },
+      };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway/usage',
+    operationId: 'getMailUsage',
+    summary: "This month's sends",
+    description:
+      'Accepted and rejected sends of the current UTC calendar month. Accepted sends are billed; rejected ones (stopped before the MTA: a revoked key, an unverified domain, a suspension, the quota) are not.',
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    responses: [{ status: 200, description: 'The usage', schema: UsageSchema }],
+    async handler({ principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal);
+      return { body: { object: 'mail_usage' as const, ...(await monthSends(deps.db, gateway.service_id)), limit: monthlyLimitOf(gateway.plan) } };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/mail-gateway/domains',
+    operationId: 'addMailDomain',
+    summary: 'Add a sending domain',
+    description:
+      "Body `domain` (two labels or more, else `400 validation_failed`). Answers the DNS records to publish: a DKIM key of its own (RSA 2048, own selector), the bounce host's MX and SPF, SPF and DMARC advice. Adding a domain that is there already changes nothing and returns the same records (`200`). Then publish them and `POST .../verify`.",
+    tag: TAG,
+    scope: 'mailgateway:write',
+    marks: ['R', 'I'],
+    body: DomainBody,
+    exampleBody: { domain: 'example.com' },
+    responses: [
+      { status: 201, description: 'Added', schema: DomainSchema },
+      { status: 200, description: 'There already', schema: DomainSchema },
+    ],
+    async handler({ body, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'adding a domain');
+      const added = await addDomain(deps.db, deps.keyring, gateway, body.domain);
+      return { status: added.created ? 201 : 200, body: presentDomain(deps, added.domain) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway/domains',
+    operationId: 'listMailDomains',
+    summary: 'List the sending domains',
+    description: 'Each domain with its records, their statuses and `verified_at`.',
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'A page of domains', schema: listOf(DomainSchema, 'MailDomainList') }],
+    async handler({ query, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal);
+      const rows = await domainsOf(deps.db, gateway.service_id);
+      const page = pageOfItems(deps.cursors, listFingerprint('mail.domains', { service: gateway.service_id }), rows, (d) => d.domain, query);
+      return {
+        body: listEnvelope(
+          page.data.map((d) => presentDomain(deps, d)),
+          page,
+        ),
+      };
+    },
+  }),
+  defineRoute({
+    method: 'delete',
+    path: '/v1/mail-gateway/domains/{domain}',
+    operationId: 'deleteMailDomain',
+    summary: 'Remove a sending domain',
+    description:
+      'Sending from the domain stops at once; the records published in DNS stay. Adding the domain again makes a new DKIM key pair (new records to publish). `404` when it is not there.',
+    tag: TAG,
+    scope: 'mailgateway:write',
+    marks: ['D', 'I'],
+    params: domainParams,
+    responses: [{ status: 204, description: 'Removed' }],
+    async handler({ params, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'removing a domain');
+      await deleteDomain(deps.db, gateway, await domainNamed(deps.db, gateway, params.domain));
+      return { status: 204 };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/mail-gateway/domains/{domain}/verify',
+    operationId: 'verifyMailDomain',
+    summary: "Check a domain's records",
+    description:
+      'Looks the `dkim` TXT and the `mail_from_mx` MX up now (through `DNS_RESOLVER` where set) and updates the record and domain statuses: `verified` once both are published as given. `pending` is not an error. `verified_at` is `null` in this answer (read it from the list). `503 backend_unavailable` when the resolver does not answer.',
+    tag: TAG,
+    scope: 'mailgateway:write',
+    marks: [],
+    params: domainParams,
+    responses: [{ status: 200, description: 'The domain after the check', schema: DomainSchema }],
+    async handler({ params, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'verifying a domain');
+      const domain = await domainNamed(deps.db, gateway, params.domain);
+      const checked = await verifyDomain(deps.db, gateway, domain, deps.config.MAIL_MX_HOST, deps.config.DNS_RESOLVER);
+      return { body: presentDomain(deps, checked, { verifiedAtShown: false }) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/mail-gateway/keys',
+    operationId: 'createMailKey',
+    summary: 'Create a sending key',
+    description:
+      'Body `name`. Answers the key with its `secret` (`mg_live_...`), shown this once: send with it as `Authorization: Bearer` at `{api_endpoint}/emails`.',
+    tag: TAG,
+    scope: 'mailgateway:send',
+    marks: ['R', 'I'],
+    returnsSecret: true,
+    body: KeyBody,
+    exampleBody: { name: 'production' },
+    responses: [{ status: 201, description: 'The key, with its secret', schema: KeySchema }],
+    async handler({ body, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'creating a sending key');
+      return { status: 201, body: presentKey(await createKey(deps.db, gateway, body.name)) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway/keys',
+    operationId: 'listMailKeys',
+    summary: 'List the sending keys',
+    description: 'Revoked keys included; `secret` is always null.',
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'A page of keys', schema: listOf(KeySchema, 'MailKeyList') }],
+    async handler({ query, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal);
+      const rows = await keysOf(deps.db, gateway.service_id);
+      const page = pageOfItems(deps.cursors, listFingerprint('mail.keys', { service: gateway.service_id }), rows, (k) => String(k.id).padStart(20, '0'), query);
+      return {
+        body: listEnvelope(
+          page.data.map((k) => presentKey(k)),
+          page,
+        ),
+      };
+    },
+  }),
+  defineRoute({
+    method: 'delete',
+    path: '/v1/mail-gateway/keys/{key_id}',
+    operationId: 'revokeMailKey',
+    summary: 'Revoke a sending key',
+    description:
+      '`/emails` refuses the key within a second; mail it already sent is still delivered. Answers the key with `revoked_at`; revoking it again changes nothing.',
+    tag: TAG,
+    scope: 'mailgateway:write',
+    marks: ['D', 'I'],
+    params: keyParams,
+    responses: [{ status: 200, description: 'The revoked key', schema: KeySchema }],
+    async handler({ params, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'revoking a sending key');
+      const id = parseNumericId('mgk', params.key_id);
+      if (id === null) throw notFound('mail key');
+      return { body: presentKey(await revokeKey(deps.db, gateway, id)) };
+    },
+  }),
+];

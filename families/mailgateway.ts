@@ -1,0 +1,16 @@
+import { mailGatewayRoutes } from '../api/routes/mailgateway/routes';
+import { seedMailGateway } from '../db/seeds/mailgateway.seed';
+import { mailEndpointOf, MailGatewayProvisioner } from '../domain/mailgateway/provisioner';
+import { defineFamily } from './manifest';
+
+/**
+ * Mail gateway (SPEC "Mail gateway"): the account's gateway, its sending domains and keys here.
+ * docs/mailgateway.md.
+ */
+export const mailGatewayFamily = defineFamily({
+  name: 'mailgateway',
+  routes: mailGatewayRoutes,
+  provisioner: ({ db, config }) => new MailGatewayProvisioner(db, mailEndpointOf(config)),
+  seed: ({ db, keyring, providers, config }) => seedMailGateway(db, keyring, providers, config),
+  config: ['MAIL_PORT', 'MAIL_API_ENDPOINT', 'MAIL_MX_HOST', 'DNS_RESOLVER'],
+});

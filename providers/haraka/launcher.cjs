@@ -1,0 +1,22 @@
+/* global require, process */
+/* eslint-disable @typescript-eslint/no-require-imports */
+'use strict';
+// Foreground launcher of Haraka 3.3.4 for providers/haraka/haraka.server.ts:
+//   node --import tsx launcher.cjs -c <dataDir>
+// Haraka installs its graceful-stop handler for SIGINT always but for SIGTERM only as pid 1 (in a
+// container); run as an ordinary daemon, SIGTERM would kill it without its shutdown (listeners
+// closed, outbound queue stopped, plugins' shutdown() called: our hooks' close()).
+//
+// SIGTERM goes straight to the server's graceful stop, not through Haraka's SIGINT handler: that
+// handler renames the process (process.title), which overwrites its command line, and the manager
+// recognises its server by that command line (a pidfile's pid may be reused). A renamed process
+// would look gone while it still holds the submission port.
+let stopping = false;
+process.on('SIGTERM', () => {
+  if (stopping) process.exit(1);
+  stopping = true;
+  const logger = require('Haraka/logger');
+  logger.notice('SIGTERM received');
+  logger.dump_and_exit(() => require('Haraka/server').performShutdown());
+});
+require('Haraka/bin/haraka');
