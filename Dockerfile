@@ -46,5 +46,5 @@ COPY scripts/migrate.ts ./scripts/migrate.ts
 
 USER node
 EXPOSE 3000
-ENTRYPOINT ["/bin/sh", "-c", "cmd=\"${1:-api}\"; [ $# -gt 0 ] && shift; case \"$cmd\" in api) exec node --import tsx api/server.ts ;; worker) exec node --import tsx workers/main.ts ;; images) exec node --initial-old-space-size=128 --import tsx dataplane/images/main.ts ;; migrate) exec node --import tsx scripts/migrate.ts \"$@\" ;; *) exec \"$cmd\" \"$@\" ;; esac", "cloud"]
+ENTRYPOINT ["/bin/sh", "-c", "cmd=\"${1:-api}\"; [ $# -gt 0 ] && shift; case \"$cmd\" in api) exec node --import tsx api/server.ts ;; worker) exec node --import tsx workers/main.ts ;; images) exec node --initial-old-space-size=128 --import tsx dataplane/images/main.ts ;; mail) exec node --import tsx dataplane/mail/main.ts ;; migrate) exec node --import tsx scripts/migrate.ts \"$@\" ;; *) exec \"$cmd\" \"$@\" ;; esac", "cloud"]
 CMD ["api"]

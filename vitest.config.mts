@@ -37,12 +37,14 @@ const REAL = [
   'test/dns.isolation.test.ts',
   'test/dns.orders.test.ts',
   'test/dns.powerdns*.test.ts',
+  'test/haraka*.test.ts',
   'test/lb.haproxy*.test.ts',
   'test/lb.http.test.ts',
   'test/lb.orders.test.ts',
   'test/lb.seed.test.ts',
   'test/lb.targets.test.ts',
   'test/local-run*.test.ts',
+  'test/mailgateway.http.test.ts',
   'test/os-accounts.test.ts',
 ];
 

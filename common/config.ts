@@ -248,11 +248,28 @@ export const configSchema = z
     MAIL_PORT: z.coerce.number().int().min(0).max(65535).default(3200),
     /** The mail data plane's URL as accounts see it (`api_endpoint`); default `http://127.0.0.1:<MAIL_PORT>`. */
     MAIL_API_ENDPOINT: z.string().url().optional(),
+    /** The mail gateway's MTA (Haraka, one per host): its configuration, queue, settings (its port, kept) and log. */
+    MAIL_DATA_DIR: z.string().default(() => defaultServerDataDir('mail')),
+    /** The SMTP submission port asked for at the MTA's first start (0: a free one); it is kept in the data directory afterwards. */
+    MAIL_SMTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
+    /** The SMTP host name customers are told (`GET /v1/mail-gateway/smtp`); default the MTA's bind address. */
+    MAIL_SMTP_HOST: z.string().min(1).optional(),
+    /** `host:port` every outgoing message is relayed to instead of the recipients' MX (local runs: a sink). Unset: MX lookup. */
+    MAIL_SMARTHOST: z
+      .string()
+      .regex(/^[^:\s]+:\d{1,5}$/, 'must be host:port')
+      .optional(),
     /** The host a sending domain's bounce subdomain points its MX at (`mail_from_mx`), and its SPF names. */
     MAIL_MX_HOST: z
       .string()
       .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, 'must be a host name such as mx.mail.example.net')
       .default('mx.mail.localhost'),
+    /** Sending is suspended when the last 30 days' bounce rate (a fraction of sends) is over this. */
+    MAIL_BOUNCE_RATE_LIMIT: z.coerce.number().min(0).max(1).default(0.05),
+    /** ... or the complaint rate is over this. */
+    MAIL_COMPLAINT_RATE_LIMIT: z.coerce.number().min(0).max(1).default(0.001),
+    /** No rate suspends a gateway with fewer sends than this in the last 30 days (DECISIONS: 200). */
+    MAIL_SUSPEND_MIN_SENDS: z.coerce.number().int().min(0).default(200),
     /**
      * Where every "is this record published / does this name point here" check resolves (`host:port`;
      * DECISIONS "Data planes and outbound fetches"): mail domain verification. Unset: the system's resolver.

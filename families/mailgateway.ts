@@ -1,6 +1,7 @@
 import { mailGatewayRoutes } from '../api/routes/mailgateway/routes';
 import { seedMailGateway } from '../db/seeds/mailgateway.seed';
 import { mailEndpointOf, MailGatewayProvisioner } from '../domain/mailgateway/provisioner';
+import { MailRetentionSweeper } from '../domain/mailgateway/retention';
 import { defineFamily } from './manifest';
 
 /**
@@ -11,6 +12,8 @@ export const mailGatewayFamily = defineFamily({
   name: 'mailgateway',
   routes: mailGatewayRoutes,
   provisioner: ({ db, config }) => new MailGatewayProvisioner(db, mailEndpointOf(config)),
+  // Messages are kept 90 days.
+  keepers: ({ db, logger }) => [new MailRetentionSweeper({ db, logger })],
   seed: ({ db, keyring, providers, config }) => seedMailGateway(db, keyring, providers, config),
   config: ['MAIL_PORT', 'MAIL_API_ENDPOINT', 'MAIL_MX_HOST', 'DNS_RESOLVER'],
 });

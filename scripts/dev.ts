@@ -20,6 +20,8 @@ import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter
 import { checkoutRanges, joinHostPort, portOrFree, splitHostPort } from '../providers/local-server';
 import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../infra/temporal';
 import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
+import { HarakaServer, stopHarakaServer } from '../providers/haraka/haraka.server';
+import { startMailCatcher } from './mail-catcher';
 
 /**
  * The local run (`npm start`): PostgreSQL is already up (scripts/ensure-tools.sh); this migrates and
@@ -66,6 +68,7 @@ async function chooseLocalSettings(): Promise<string[]> {
   };
   await move('API', 'PORT', usual.HOST, usual.PORT, String);
   await move('Image delivery', 'IMAGES_PORT', usual.HOST, usual.IMAGES_PORT, String);
+  await move('Mail data plane', 'MAIL_PORT', usual.HOST, usual.MAIL_PORT, String);
   const temporal = splitHostPort(usual.TEMPORAL_ADDRESS);
   await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
   const ui = new URL(usual.TEMPORAL_UI_URL);
@@ -223,12 +226,20 @@ async function stopServers(): Promise<void> {
     ],
     // The host's SeaweedFS, through its pidfile (the seed or the worker's keeper started it).
     ['object storage', async () => (config.OBJECTSTORAGE_BACKEND === 'seaweedfs' ? stopSeaweedServer(config.OBJECTSTORAGE_DATA_DIR) : undefined)],
+    // The host's MTA (the mail data plane started it), through its pidfile; its queue stays for the next run.
+    ['mail server (Haraka)', async () => stopHarakaServer(config.MAIL_DATA_DIR)],
     // Through its pidfile: also one this run adopted, or started and lost track of (a Ctrl-C while it started).
     ['PowerDNS', async () => (ownsPowerDns() ? stopPowerDnsServer(path.resolve(root, config.POWERDNS_DATA_DIR)) : undefined)],
   ];
   for (const [what, step] of steps) {
     await step().catch((err: unknown) => console.error(`stopping ${what} failed: ${(err as Error).message}`));
   }
+}
+
+/** Where the host's MTA takes SMTP submissions (its port is chosen at its first start and kept). */
+function mailSmtpNote(): string {
+  const settings = HarakaServer.settingsOf(config.MAIL_DATA_DIR);
+  return settings ? `${settings.bindAddress}:${settings.port}` : 'starts with the mail data plane';
 }
 
 /** Where the host's S3 server answers (its port is chosen at its first start and kept). */
@@ -259,7 +270,7 @@ let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage and PowerDNS...');
+  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage, the mail server and PowerDNS...');
   // API and worker first (they drain, and the worker's keepers would start the servers again), Temporal last.
   for (const child of [...children].reverse()) {
     if (child.exitCode === null) child.kill('SIGTERM');
@@ -334,8 +345,13 @@ async function main() {
   run('worker', tsxBin, ['workers/main.ts']);
   run('api', tsxBin, ['api/server.ts']);
   run('images', tsxBin, [...IMAGES_NODE_FLAGS, 'dataplane/images/main.ts']);
+  // Outgoing mail goes to a local catcher unless MAIL_SMARTHOST says where (no recipient's server is reachable from here).
+  const outbox = path.join(dataDir, 'mail-outbox');
+  if (!process.env.MAIL_SMARTHOST) env.MAIL_SMARTHOST = (await startMailCatcher(outbox)).address;
+  run('mail', tsxBin, ['dataplane/mail/main.ts']);
   const apiUrl = `http://${config.HOST}:${config.PORT}`;
   await waitFor('API', async () => (await fetch(`${apiUrl}/readyz`).catch(() => null))?.ok === true);
+  await waitFor('mail data plane', async () => (await fetch(`http://${config.HOST}:${config.MAIL_PORT}/healthz`).catch(() => null))?.ok === true);
 
   const passwordNote = process.env.DEMO_OWNER_PASSWORD ? '(from DEMO_OWNER_PASSWORD)' : '(generated, kept in .data/demo-credentials.json)';
   console.log(`
@@ -346,6 +362,8 @@ async function main() {
   API          ${apiUrl}/v1        OpenAPI: ${apiUrl}/v1/openapi.json
   Reference    ${apiUrl}/docs
   Images       http://${config.HOST}:${config.IMAGES_PORT}/v1/img   (the image delivery plane: delivery tokens, not API keys)
+  Mail         http://${config.HOST}:${config.MAIL_PORT}/emails   (sending keys mg_live_...)   SMTP ${mailSmtpNote()}
+               outgoing mail ${process.env.MAIL_SMARTHOST ? `relayed to ${process.env.MAIL_SMARTHOST}` : `kept in ${path.join(dataDir, 'mail-outbox')} (.eml)`}
   MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})

@@ -1,6 +1,8 @@
 import { createPublicKey, verify, sign } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEMO_MAIL_DOMAIN, seedMailGateway } from '../db/seeds/mailgateway.seed';
+import { newMessageId, recordAccepted, recordOutcome } from '../domain/mailgateway/messages';
+import { sweepMail } from '../domain/mailgateway/retention';
 import { DKIM_KEY_PURPOSE } from '../domain/mailgateway/store';
 import { MailGatewayProvisioner } from '../domain/mailgateway/provisioner';
 import { provisionTargetOf } from '../domain/provisioning';
@@ -221,6 +223,62 @@ describe('sending keys', () => {
     const theirs = await api.post('/v1/mail-gateway/keys', { name: 'theirs' }, key.token);
     expect((await api.del(`/v1/mail-gateway/keys/${theirs.body.id}`)).status).toBe(404);
     expect((await api.get('/v1/mail-gateway/domains', key.token)).body.data).toEqual([]);
+  });
+});
+
+describe('messages, statuses, metrics and retention', () => {
+  const serviceOfOwner = async () => Number((await stack.db('mail_gateways').where({ account_id: stack.owner.accountId }).first()).service_id);
+  async function message(recipients: string[], createdAt?: Date): Promise<string> {
+    const id = newMessageId();
+    const serviceId = await serviceOfOwner();
+    await stack.db.transaction((trx) =>
+      recordAccepted(trx, { id, serviceId, domain: `news.${ZONE}`, from: `a@news.${ZONE}`, subject: 's', recipients, via: 'api' }),
+    );
+    if (createdAt) await stack.db('mail_messages').where({ id }).update({ created_at: createdAt });
+    return id;
+  }
+
+  it("a message's status is its highest-severity event whatever the order; each recipient keeps its own", async () => {
+    const id = await message(['one@x.test', 'Two@x.test']);
+    const at = new Date();
+    await recordOutcome(stack.db, { messageId: id, recipient: 'two@x.test', kind: 'bounced', response: '550 5.1.1 gone', at });
+    await recordOutcome(stack.db, { messageId: id, recipient: 'one@x.test', kind: 'delivered', response: '250 ok', at });
+    await recordOutcome(stack.db, { messageId: id, recipient: 'one@x.test', kind: 'deferred', response: '451 later', at }); // lower: ignored
+    const listed = (await api.get('/v1/mail-gateway/messages')).body.data.find((m: { id: string }) => m.id === id);
+    expect(listed.status).toBe('bounced');
+    expect(listed.recipients).toEqual([
+      { email: 'one@x.test', status: 'delivered', response: '451 later' },
+      { email: 'two@x.test', status: 'bounced', response: '550 5.1.1 gone' },
+    ]);
+    expect(await recordOutcome(stack.db, { messageId: 'msg_gone', recipient: null, kind: 'opened', response: null, at })).toBeNull();
+  });
+
+  it('lists newest first with cursor pagination; metrics count messages by event', async () => {
+    const ids = [await message(['p1@x.test']), await message(['p2@x.test']), await message(['p3@x.test'])];
+    const first = await api.get('/v1/mail-gateway/messages?limit=2');
+    expect(first.body.data.map((m: { id: string }) => m.id)).toEqual([ids[2], ids[1]]);
+    expect(first.body.has_more).toBe(true);
+    const next = await api.get(`/v1/mail-gateway/messages?limit=2&cursor=${encodeURIComponent(first.body.next_cursor)}`);
+    expect(next.body.data[0].id).toBe(ids[0]);
+    const metrics = (await api.get('/v1/mail-gateway/metrics?days=7')).body;
+    expect(metrics).toMatchObject({ object: 'mail_metrics', days: 7, bounce_rate_limit: 0.05, complaint_rate_limit: 0.001 });
+    expect(metrics.sent).toBeGreaterThanOrEqual(4);
+    expect(metrics.bounced).toBe(1);
+    expect(metrics.delivered).toBe(1);
+    expect(metrics.bounce_rate).toBeCloseTo(1 / metrics.sent);
+    expect(metrics.daily).toHaveLength(7);
+    expect(metrics.daily[6].date).toBe(new Date().toISOString().slice(0, 10));
+    expect((await api.get('/v1/mail-gateway/metrics?days=91')).status).toBe(400);
+  });
+
+  it('messages past 90 days are deleted with their recipients and events; newer ones stay', async () => {
+    const old = await message(['old@x.test'], new Date(Date.now() - 91 * 86_400_000));
+    const recent = await message(['new@x.test'], new Date(Date.now() - 89 * 86_400_000));
+    await sweepMail(stack.db);
+    expect(await stack.db('mail_messages').where({ id: old }).first()).toBeUndefined();
+    expect(await stack.db('mail_recipients').where({ message_id: old }).first()).toBeUndefined();
+    expect(await stack.db('mail_events').where({ message_id: old }).first()).toBeUndefined();
+    expect(await stack.db('mail_messages').where({ id: recent }).first()).toBeDefined();
   });
 });
 

@@ -110,7 +110,7 @@ function tlsIni(): string {
 /** cloud_mail.ini: our plugin's own settings (the hooks module comes from CLOUD_MAIL_HOOKS in the environment). */
 function cloudMailIni(c: HarakaConfigInput): string {
   const smarthost = c.smarthost ? parseSmarthost(c.smarthost) : null;
-  return ini(['[smarthost]', '; empty: the recipients\' MX (DNS)', `host=${smarthost?.host ?? ''}`, `port=${smarthost?.port ?? ''}`]);
+  return ini(['[smarthost]', "; empty: the recipients' MX (DNS)", `host=${smarthost?.host ?? ''}`, `port=${smarthost?.port ?? ''}`]);
 }
 
 /** Every file of `<dataDir>/config`, by name: content and mode. */
@@ -122,7 +122,7 @@ export function renderHarakaConfig(c: HarakaConfigInput): Map<string, { content:
   put('outbound.ini', outboundIni(c));
   put('tls.ini', tlsIni());
   put('cloud_mail.ini', cloudMailIni(c));
-  put('plugins', '# Written by providers/haraka/config.ts: our plugin only (Haraka\'s shipped list would load others).\ncloud_mail\n');
+  put('plugins', "# Written by providers/haraka/config.ts: our plugin only (Haraka's shipped list would load others).\ncloud_mail\n");
   put('me', `${c.hostname}\n`);
   put('plugin_timeout', `${PLUGIN_TIMEOUT_S}\n`);
   put('log.ini', ini(['[main]', 'level=info', 'timestamps=true', 'format=default']));

@@ -21,10 +21,10 @@ import {
 import { FORCE_SHUTDOWN_S, parseSmarthost, renderHarakaConfig } from './config';
 
 /**
- * The platform's MTA: one Haraka 3.3.4 per host (`node --import tsx launcher.cjs -c <dataDir>`),
- * the mail gateway's submission server and outbound queue. Clients on this host (the `/emails`
- * data plane, customers' SMTP credentials through a local relay) submit with AUTH on its
- * submission port; it DKIM-signs and delivers to the recipients' MX or a smarthost. Every decision
+ * The platform's MTA: one Haraka 3.3.4 per host (`node --import tsx launcher.js -c <dataDir>`),
+ * the mail gateway's submission server and outbound queue. Clients on this host submit with AUTH
+ * on its submission port (the `/emails` data plane with the platform's credential, or a customer's
+ * SMTP credential); it DKIM-signs and delivers to the recipients' MX or a smarthost. Every decision
  * (who may log in, send as whom, which key signs, what a delivery outcome records) is asked of the
  * hooks module (providers/haraka/hooks.ts) by our plugin (plugin/cloud_mail.js).
  *
@@ -52,10 +52,13 @@ const READY = 'ready';
  */
 const STOP_GRACE_MS = (FORCE_SHUTDOWN_S + 3) * 1_000;
 
-const LAUNCHER = path.join(__dirname, 'launcher.cjs');
+const LAUNCHER = path.join(__dirname, 'launcher.js');
 const PLUGIN = path.join(__dirname, 'plugin', 'cloud_mail.js');
-/** Variables of this process the MTA gets besides `env` (nothing else: the API's own secrets stay here). */
-const PASSED_ENV = ['PATH', 'HOME', 'TMPDIR', 'TZ', 'LANG', 'NODE_ENV', 'NODE_COMPILE_CACHE'];
+/**
+ * Variables of this process the MTA gets besides `env`; nothing else (the API's own secrets stay
+ * here, and NODE_ENV only when `env` has it).
+ */
+const PASSED_ENV = ['PATH', 'HOME', 'TMPDIR', 'TZ', 'LANG', 'NODE_COMPILE_CACHE'];
 
 /** What a server keeps in `server.json`: where it listens, fixed at its first start. */
 export interface HarakaSettings {
@@ -86,7 +89,7 @@ export interface HarakaServerOptions {
 const serverOf =
   (dataDir: string) =>
   (args: string[]): boolean => {
-    const at = args.findIndex((a) => a.endsWith(`${path.sep}launcher.cjs`));
+    const at = args.findIndex((a) => a.endsWith(`${path.sep}${path.join('providers', 'haraka', 'launcher.js')}`));
     return at >= 0 && args[at + 1] === '-c' && args[at + 2] === dataDir;
   };
 
@@ -107,17 +110,41 @@ async function chooseSettings(options: HarakaServerOptions): Promise<HarakaSetti
   return { bindAddress, port: asked || (await freeLoopbackPort(bindAddress)) };
 }
 
-/** The address a client on this host connects to (a wildcard bind is reached on loopback). */
-const connectHost = (bindAddress: string) => (bindAddress === '0.0.0.0' ? '127.0.0.1' : bindAddress === '::' ? '::1' : bindAddress);
+/** Where a client on this host submits to a server with these settings (a wildcard bind is reached on loopback). */
+export function submissionAddress(settings: HarakaSettings): { host: string; port: number } {
+  const wildcard = { '0.0.0.0': '127.0.0.1', '::': '::1' } as Record<string, string>;
+  return { host: wildcard[settings.bindAddress] ?? settings.bindAddress, port: settings.port };
+}
 
 /** `--import` of tsx by URL: the MTA's working directory (its data directory) has no node_modules. */
 const tsxLoader = () => pathToFileURL(createRequire(__filename).resolve('tsx')).href;
 
 function checkOptions(options: HarakaServerOptions): void {
   if (!path.isAbsolute(options.hooksModule) || !existsSync(options.hooksModule)) {
-    throw new LocalServerError(`the MTA hooks module ${options.hooksModule} is not an existing absolute path`, 'pass the absolute path of a module exporting createMtaHooks()');
+    throw new LocalServerError(
+      `the MTA hooks module ${options.hooksModule} is not an existing absolute path`,
+      'pass the absolute path of a module exporting createMtaHooks()',
+    );
   }
   if (options.smarthost) parseSmarthost(options.smarthost);
+  if (options.tempFailIntervals !== undefined && !validIntervals(options.tempFailIntervals)) {
+    // Haraka would log a syntax error and fall back to its default schedule.
+    throw new LocalServerError(
+      `tempFailIntervals "${options.tempFailIntervals}" is not Haraka's syntax`,
+      "write e.g. '5s*1', '1m,5m*2,1h*3' or 'none' (each delay at least 5s)",
+    );
+  }
+}
+
+/** Haraka's temp_fail_intervals: `none`, or delays (`<number><s|m|h|d>`, at least 5 s) each with an optional `*<count>`. */
+function validIntervals(text: string): boolean {
+  const spec = text.replace(/\s+/g, '').toLowerCase();
+  if (spec === 'none') return true;
+  const seconds = { s: 1, m: 60, h: 3600, d: 86400 } as const;
+  return spec.split(',').every((element) => {
+    const m = /^(\d+(?:\.\d+)?)([smhd])(?:\*(\d+))?$/.exec(element);
+    return m !== null && Number(m[1]) * seconds[m[2] as keyof typeof seconds] >= 5;
+  });
 }
 
 /** Configuration, plugin and directories, written afresh: the data directory holds everything Haraka reads or writes. */
@@ -160,7 +187,7 @@ export class HarakaServer {
 
   /** Where clients on this host submit. */
   get host(): string {
-    return connectHost(this.settings.bindAddress);
+    return submissionAddress(this.settings).host;
   }
 
   get port(): number {
@@ -269,8 +296,18 @@ export class HarakaServer {
 
   async stop(): Promise<void> {
     await stopHarakaServer(this.dataDir);
-    await stopProcess(this.pid, serverOf(this.dataDir), STOP_GRACE_MS);
+    await stopped(this.pid, this.dataDir);
   }
+}
+
+/**
+ * Stops the server `pid` of `dataDir` and waits until it has exited. stopProcess alone may return a
+ * moment early: Haraka renames the process (process.title, which rewrites its command line) in its
+ * exit handler, after which it no longer looks like the server.
+ */
+async function stopped(pid: number, dataDir: string): Promise<void> {
+  await stopProcess(pid, serverOf(dataDir), STOP_GRACE_MS);
+  await waitFor(async () => !(await processAlive(pid, (args) => serverOf(dataDir)(args) || args[0] === 'haraka')), 5_000, 20);
 }
 
 /** Stops the Haraka of `dataDir` through its pidfile (SIGTERM: graceful; SIGKILL after a grace period); nothing running is fine. */
@@ -278,7 +315,7 @@ export async function stopHarakaServer(dataDir: string): Promise<void> {
   const dir = path.resolve(dataDir);
   const pidfile = path.join(dir, PIDFILE);
   const pid = await readPidFile(pidfile);
-  if (pid !== null) await stopProcess(pid, serverOf(dir), STOP_GRACE_MS);
+  if (pid !== null) await stopped(pid, dir);
   rmSync(pidfile, { force: true });
   rmSync(path.join(dir, READY), { force: true });
 }

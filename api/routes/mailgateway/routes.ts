@@ -3,7 +3,16 @@ import { formatId, parseNumericId } from '../../../common/ids';
 import { iso } from '../../../common/time';
 import { recordsOf } from '../../../domain/mailgateway/domains';
 import { addDomain, createKey, deleteDomain, domainNamed, revokeKey, verifyDomain } from '../../../domain/mailgateway/manage';
+import { gatewayMetrics, type Thresholds } from '../../../domain/mailgateway/metrics';
 import { monthlyLimitOf } from '../../../domain/mailgateway/plans';
+import { messageView } from '../../../domain/mailgateway/present';
+import {
+  activeSmtpUsername,
+  createSmtpCredential,
+  rotateSmtpCredential,
+  smtpAddressOf as addressOf,
+  type SmtpCredential,
+} from '../../../domain/mailgateway/smtp';
 import {
   countsOf,
   domainsOf,
@@ -18,7 +27,7 @@ import { notFound } from '../../../domain/errors';
 import type { Principal } from '../../../domain/principal';
 import { requireActionable } from '../../../domain/services';
 import type { AppDeps } from '../../deps';
-import { listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { idParam, listOf } from '../../schemas';
 
@@ -86,10 +95,78 @@ const KeySchema = z
   })
   .meta({ id: 'MailKey' });
 
+const RecipientSchema = z.object({
+  email: z.string(),
+  status: z.enum(['queued', 'deferred', 'delivered', 'opened', 'bounced', 'complained']),
+  response: z.string().nullable().meta({ description: "The receiving server's last reply" }),
+});
+const MessageSchema = z
+  .object({
+    object: z.literal('mail_message'),
+    id: z.string(),
+    domain: z.string(),
+    from: z.string(),
+    subject: z.string(),
+    status: z
+      .enum(['queued', 'deferred', 'delivered', 'opened', 'bounced', 'complained'])
+      .meta({ description: 'The highest-severity event of the message: queued < deferred < delivered < opened < bounced < complained' }),
+    recipients: z.array(RecipientSchema),
+    created_at: z.string(),
+    updated_at: z.string(),
+  })
+  .meta({ id: 'MailMessage' });
+
+const MetricCounts = { sent: z.number().int(), delivered: z.number().int(), opened: z.number().int(), bounced: z.number().int(), complained: z.number().int() };
+const MetricsSchema = z
+  .object({
+    object: z.literal('mail_metrics'),
+    days: z.number().int(),
+    ...MetricCounts,
+    delivery_rate: z.number().nullable(),
+    open_rate: z.number().nullable(),
+    bounce_rate: z.number().nullable(),
+    complaint_rate: z.number().nullable(),
+    latency_ms: z.object({ p50: z.number().nullable(), p95: z.number().nullable() }).meta({ description: 'From acceptance to the first delivery' }),
+    bounce_rate_limit: z.number(),
+    complaint_rate_limit: z.number(),
+    daily: z.array(z.object({ date: z.string(), ...MetricCounts })).meta({ description: 'Each UTC day of the window, today last' }),
+    domains: z.array(z.object({ domain: z.string(), ...MetricCounts })),
+  })
+  .meta({ id: 'MailMetrics' });
+
+const SmtpSchema = z
+  .object({
+    object: z.literal('mail_smtp'),
+    host: z.string(),
+    port: z.number().int(),
+    username: z.string().nullable(),
+    status: z.enum(['none', 'active']),
+  })
+  .meta({ id: 'MailSmtp' });
+const SmtpCredentialSchema = z
+  .object({
+    object: z.literal('mail_smtp_credential'),
+    host: z.string(),
+    port: z.number().int(),
+    username: z.string(),
+    password: z.string().meta({ description: 'Shown this once; only its hash is kept' }),
+  })
+  .meta({ id: 'MailSmtpCredential' });
+
 const DomainBody = z.object({ domain: z.string().min(1).max(253).meta({ description: 'The sending domain (two labels or more)', example: 'example.com' }) });
 const KeyBody = z.object({ name: z.string().trim().min(1).max(100).meta({ example: 'production' }) });
 const domainParams = z.object({ domain: z.string().min(1).max(253).meta({ example: 'example.com' }) });
 const keyParams = z.object({ key_id: idParam('mgk_1') });
+
+const thresholdsOf = (deps: AppDeps): Thresholds => ({
+  bounce_rate_limit: deps.config.MAIL_BOUNCE_RATE_LIMIT,
+  complaint_rate_limit: deps.config.MAIL_COMPLAINT_RATE_LIMIT,
+  min_sends: deps.config.MAIL_SUSPEND_MIN_SENDS,
+});
+
+const smtpAddressOf = (deps: AppDeps) => addressOf(deps.config);
+
+const presentCredential = (deps: AppDeps, c: SmtpCredential) => ({ object: 'mail_smtp_credential' as const, ...smtpAddressOf(deps), ...c });
 
 async function gatewayOf(deps: AppDeps, principal: Principal, action?: string): Promise<GatewayTarget> {
   const target = await findVisibleGateway(deps.db, principal);
@@ -304,6 +381,111 @@ export const mailGatewayRoutes = [
       const id = parseNumericId('mgk', params.key_id);
       if (id === null) throw notFound('mail key');
       return { body: presentKey(await revokeKey(deps.db, gateway, id)) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway/messages',
+    operationId: 'listMailMessages',
+    summary: 'List sent messages',
+    description:
+      "One item per message, newest first, with each recipient's status and the receiving server's last reply; no bodies. A message's status is its highest-severity event (`bounced` beats `delivered`). Messages are kept 90 days.",
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    query: z.object({ ...paginationQuery() }),
+    responses: [{ status: 200, description: 'A page of messages', schema: listOf(MessageSchema, 'MailMessageList') }],
+    async handler({ query, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal);
+      const qb = deps.db('mail_messages').where({ service_id: gateway.service_id });
+      const page = await keysetPage(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('mail.messages', { service: gateway.service_id }),
+        column: 'id',
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      const ids = page.rows.map((m) => m.id);
+      const recipients: Array<{ message_id: string; email: string; status: string; response: string | null }> = ids.length
+        ? await deps.db('mail_recipients').whereIn('message_id', ids).orderBy(['message_id', 'email'])
+        : [];
+      return {
+        body: listEnvelope(
+          page.rows.map((m) =>
+            messageView(
+              m,
+              recipients.filter((r) => r.message_id === m.id),
+            ),
+          ),
+          page,
+        ),
+      };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway/metrics',
+    operationId: 'getMailMetrics',
+    summary: 'Delivery metrics',
+    description:
+      'Over the last `days` UTC days (1 to 90, default 30; today included): messages sent, delivered, opened, bounced and complained about, the rates over `sent` (fractions 0 to 1, null when nothing was sent), send-to-delivery latency, a daily series (today last), a per-domain breakdown, and the bounce and complaint rate limits: crossing one (over the last 30 days, with enough sends) suspends sending.',
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    query: z.object({ days: z.coerce.number().int().min(1).max(90).default(30) }),
+    responses: [{ status: 200, description: 'The metrics', schema: MetricsSchema }],
+    async handler({ query, principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal);
+      return { body: await gatewayMetrics(deps.db, gateway.service_id, query.days, thresholdsOf(deps)) };
+    },
+  }),
+  defineRoute({
+    method: 'get',
+    path: '/v1/mail-gateway/smtp',
+    operationId: 'getMailSmtp',
+    summary: 'The SMTP submission endpoint',
+    description: 'Host, port, the active username and `status` (`none` before `POST .../smtp`). Never the password.',
+    tag: TAG,
+    scope: 'mailgateway:read',
+    marks: [],
+    responses: [{ status: 200, description: 'The SMTP endpoint', schema: SmtpSchema }],
+    async handler({ principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal);
+      const username = await activeSmtpUsername(deps.db, gateway.service_id);
+      return { body: { object: 'mail_smtp' as const, ...smtpAddressOf(deps), username, status: username ? ('active' as const) : ('none' as const) } };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/mail-gateway/smtp',
+    operationId: 'createMailSmtpCredential',
+    summary: 'Make the SMTP credential',
+    description:
+      'Answers the username and password (AUTH PLAIN or LOGIN; plain text on loopback), shown this once. While one is active, `409 conflict`: rotate it instead.',
+    tag: TAG,
+    scope: 'mailgateway:send',
+    marks: [],
+    returnsSecret: true,
+    responses: [{ status: 200, description: 'The credential, with its password', schema: SmtpCredentialSchema }],
+    async handler({ principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'making an SMTP credential');
+      return { body: presentCredential(deps, await createSmtpCredential(deps.db, gateway)) };
+    },
+  }),
+  defineRoute({
+    method: 'post',
+    path: '/v1/mail-gateway/smtp/rotate',
+    operationId: 'rotateMailSmtpCredential',
+    summary: 'Rotate the SMTP credential',
+    description: 'Deactivates the active credential for good (it cannot be reactivated) and answers a new username and password.',
+    tag: TAG,
+    scope: 'mailgateway:send',
+    marks: ['D', 'I'],
+    returnsSecret: true,
+    responses: [{ status: 200, description: 'The new credential', schema: SmtpCredentialSchema }],
+    async handler({ principal, deps }) {
+      const { gateway } = await gatewayOf(deps, principal, 'rotating the SMTP credential');
+      return { body: presentCredential(deps, await rotateSmtpCredential(deps.db, gateway)) };
     },
   }),
 ];

@@ -12,7 +12,8 @@
 //                     messageRef noted (transaction.notes, kept in the queue file), DKIM key held
 //                     in memory only
 //   queue_outbound    Authentication-Results removed, DKIM-signed (relaxed/relaxed, rsa-sha256)
-//   get_mx            the smarthost of config/cloud_mail.ini, else the recipients' MX (DNS)
+//   get_mx            the smarthost of config/cloud_mail.ini, else the recipients' MX (DNS);
+//                     the EHLO name (config/me)
 //   delivered/deferred/bounce  hooks.recordDelivery per recipient; a bounce sends no DSN
 //   shutdown          hooks.close
 //
@@ -24,6 +25,7 @@
 // checkout's node_modules), and Node globals beyond timers/process/Buffer (URL, TextEncoder) are
 // missing.
 const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 const { PassThrough } = require('node:stream');
 const DSN = require('haraka-dsn');
@@ -72,6 +74,7 @@ exports.register = function () {
   // auth_base would keep the password in connection.notes.auth_passwd.
   this.blankout_password = true;
   this.smarthost = readSmarthost(this.config.get('cloud_mail.ini'));
+  this.helo_name = String(this.config.get('me') || '').trim() || os.hostname();
   this.mta = loadHooks();
 };
 
@@ -98,22 +101,16 @@ function readSmarthost(cfg) {
  * The `ready` file tells the manager that the server is ready to take mail.
  */
 exports.hook_init_master = function (next) {
-  this.mta.then(
-    () => {
-      try {
-        fs.writeFileSync(path.join(process.env.HARAKA, 'ready'), `${process.pid}\n`, { mode: 0o600 });
-        this.loginfo('hooks ready');
-        next();
-      } catch (err) {
-        this.logcrit(`cannot write the ready file: ${err.message}`);
-        next(DENY, 'ready file');
-      }
-    },
-    (err) => {
-      this.logcrit(`createMtaHooks failed: ${err.message}`);
-      next(DENY, 'MTA hooks did not start');
-    },
-  );
+  const fail = (what) => (err) => {
+    this.logcrit(`${what}: ${err.message}`);
+    next(DENY, what);
+  };
+  const ready = () =>
+    fs.promises.writeFile(path.join(process.env.HARAKA, 'ready'), `${process.pid}\n`, { mode: 0o600 }).then(() => {
+      this.loginfo('hooks ready');
+      next();
+    }, fail('cannot write the ready file'));
+  this.mta.then(ready, fail('createMtaHooks failed')).catch((err) => this.logcrit(`init_master not handled: ${err.message}`));
 };
 
 exports.shutdown = function () {
@@ -336,7 +333,13 @@ exports.hook_queue_outbound = function (next, connection) {
 
 // ---------------------------------------------------------------- routing
 
-exports.hook_get_mx = function (next) {
+/**
+ * Also names us in the outbound EHLO through the note Haraka reads for it: its default (config/me,
+ * set on each MX found) is skipped when NODE_ENV=test, which the hooks may need, and an empty EHLO
+ * is refused by every remote.
+ */
+exports.hook_get_mx = function (next, hmail) {
+  if (hmail.todo?.notes && !hmail.todo.notes.outbound_helo) hmail.todo.notes.outbound_helo = this.helo_name;
   if (!this.smarthost) return next(); // Haraka's own MX lookup
   next(OK, { priority: 0, exchange: this.smarthost.host, port: this.smarthost.port });
 };

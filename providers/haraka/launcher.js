@@ -2,7 +2,9 @@
 /* eslint-disable @typescript-eslint/no-require-imports */
 'use strict';
 // Foreground launcher of Haraka 3.3.4 for providers/haraka/haraka.server.ts:
-//   node --import tsx launcher.cjs -c <dataDir>
+//   node --import tsx launcher.js -c <dataDir>
+// (CommonJS, as the package is: a .cjs name would fall outside eslint.config.mjs's rules for
+// plain JavaScript.)
 // Haraka installs its graceful-stop handler for SIGINT always but for SIGTERM only as pid 1 (in a
 // container); run as an ordinary daemon, SIGTERM would kill it without its shutdown (listeners
 // closed, outbound queue stopped, plugins' shutdown() called: our hooks' close()).

@@ -1,0 +1,357 @@
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Knex } from 'knex';
+import nodemailer, { type Transporter } from 'nodemailer';
+import { z } from 'zod';
+import type { Keyring } from '../../common/crypto';
+import { newUlidId } from '../../common/ids';
+import { countSend, newMessageId, recordAccepted, recordOutcome } from '../../domain/mailgateway/messages';
+import { monthlyLimitOf } from '../../domain/mailgateway/plans';
+import { platformPassword, PLATFORM_USERNAME } from '../../domain/mailgateway/smtp';
+import { findGateway, monthSends, secretHash, type GatewayRow } from '../../domain/mailgateway/store';
+import { presentMessage } from '../../domain/mailgateway/present';
+
+/**
+ * The mail gateway's data plane (SPEC "Mail gateway", DECISIONS "Mail gateway"): `POST /emails`
+ * with a sending key (`mg_live_`), and the open-tracking pixel. Its own process (`npm run mail`),
+ * never the control-plane API.
+ *
+ * A send, in this order: the key (`401 invalid_api_key | api_key_revoked | wrong_credential_type`),
+ * the body (`400 validation_failed` with `param`), the `Idempotency-Key` (a replay answers the same
+ * message and sends nothing), the From domain (`403 domain_not_verified`, param `from`), the
+ * gateway's suspension (`403 sending_suspended`), the month's quota (`429 quota_exceeded`). Every
+ * refusal after the key counts one rejected send; a `202` counts one accepted. The message is then
+ * recorded and handed to the platform's MTA (Haraka) over SMTP as the `platform` user, which signs
+ * it with the domain's DKIM key and delivers it. If the MTA does not take it, the record and the
+ * count are undone and the answer is `503 backend_unavailable`.
+ */
+export interface MailDataPlaneOptions {
+  db: Knex;
+  keyring: Keyring;
+  /** The MTA's submission address. */
+  submission: { host: string; port: number };
+  /** How long a looked-up key is trusted (a revoked key stops within this). */
+  keyCacheMs?: number;
+}
+
+class PlaneError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    readonly code: string,
+    message: string,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+/** `a@example.com` or `Name <a@example.com>`; the address's domain lower-cased. */
+const MAILBOX = /^\s*(?:"?([^"<>]*?)"?\s*<([^<>\s@]+@[^<>\s@]+\.[^<>\s@]+)>|([^<>\s@"]+@[^<>\s@]+\.[^<>\s@]+))\s*$/;
+interface Mailbox {
+  name: string | null;
+  address: string;
+  domain: string;
+}
+function parseMailbox(text: string): Mailbox | null {
+  const m = MAILBOX.exec(text);
+  if (!m) return null;
+  const address = (m[2] ?? m[3]).trim();
+  const at = address.lastIndexOf('@');
+  return { name: m[1]?.trim() || null, address: `${address.slice(0, at)}@${address.slice(at + 1).toLowerCase()}`, domain: address.slice(at + 1).toLowerCase() };
+}
+const mailbox = z
+  .string()
+  .max(998)
+  .refine((v) => parseMailbox(v) !== null, 'must be an address (a@example.com) or Name <a@example.com>');
+const mailboxes = z.union([mailbox, z.array(mailbox).min(1).max(50)]);
+
+const SendBody = z
+  .object({
+    from: mailbox,
+    to: mailboxes,
+    cc: mailboxes.optional(),
+    bcc: mailboxes.optional(),
+    subject: z.string().max(998),
+    text: z.string().max(2_000_000).optional(),
+    html: z.string().max(2_000_000).optional(),
+    track_opens: z.boolean().optional(),
+  })
+  .strict()
+  .refine((b) => b.text !== undefined || b.html !== undefined, { message: 'a message needs text or html', path: ['text'] })
+  .refine((b) => !b.track_opens || b.html !== undefined, { message: 'track_opens needs an html part', path: ['track_opens'] });
+type Send = z.infer<typeof SendBody>;
+
+const list = (v: string | string[] | undefined): string[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+
+/** A 1x1 transparent GIF. */
+const PIXEL = Buffer.from('R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7', 'base64');
+
+export class MailDataPlane {
+  private server: http.Server | null = null;
+  private readonly transport: Transporter;
+  private readonly keys = new Map<string, { key: KeyHit | null; at: number }>();
+  private publicUrl = '';
+
+  constructor(private readonly options: MailDataPlaneOptions) {
+    this.transport = nodemailer.createTransport({
+      host: options.submission.host,
+      port: options.submission.port,
+      secure: false,
+      ignoreTLS: true,
+      pool: true,
+      maxConnections: 4,
+      auth: { user: PLATFORM_USERNAME, pass: platformPassword(options.keyring) },
+    });
+  }
+
+  async listen(port: number, host = '127.0.0.1'): Promise<string> {
+    this.server = http.createServer((req, res) => void this.handle(req, res));
+    this.server.keepAliveTimeout = 5_000;
+    await new Promise<void>((resolve) => this.server!.listen(port, host, resolve));
+    const address = this.server.address() as AddressInfo;
+    this.publicUrl = `http://${host}:${address.port}`;
+    return this.publicUrl;
+  }
+
+  async close(): Promise<void> {
+    this.transport.close();
+    if (!this.server) return;
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server!.close(() => resolve()));
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const requestId = newUlidId('req');
+    res.setHeader('X-Request-Id', requestId);
+    try {
+      const path = (req.url ?? '/').split('?')[0];
+      if (path === '/emails' && req.method === 'POST') return await this.send(req, res);
+      const open = /^\/o\/(msg_[0-9A-Za-z]+)\.([0-9a-f]{32})\.gif$/.exec(path);
+      if (open && (req.method === 'GET' || req.method === 'HEAD')) return await this.opened(res, open[1], open[2]);
+      if (path === '/healthz') return void res.end('ok');
+      if (path === '/emails') {
+        res.setHeader('Allow', 'POST');
+        throw new PlaneError(405, 'invalid_request_error', 'method_not_allowed', `${req.method} is not allowed on /emails.`);
+      }
+      throw new PlaneError(404, 'invalid_request_error', 'route_not_found', 'The mail data plane answers POST /emails.');
+    } catch (err) {
+      const e = err instanceof PlaneError ? err : new PlaneError(500, 'api_error', 'internal_error', 'The message could not be taken; try again.');
+      if (!res.headersSent) {
+        res.statusCode = e.status;
+        res.setHeader('Content-Type', 'application/json');
+        res.setHeader('Cache-Control', 'no-store');
+      }
+      res.end(JSON.stringify({ error: { type: e.type, code: e.code, message: e.message, param: e.param, request_id: requestId } }));
+    }
+  }
+
+  /** The sending key of the request (trusted for `keyCacheMs`), or 401. */
+  private async keyOf(req: http.IncomingMessage): Promise<KeyHit> {
+    const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
+    if (!m) throw new PlaneError(401, 'authentication_error', 'invalid_api_key', 'Send a sending key: Authorization: Bearer mg_live_...');
+    const secret = m[1];
+    if (!secret.startsWith('mg_live_')) {
+      throw new PlaneError(
+        401,
+        'authentication_error',
+        'wrong_credential_type',
+        'This is not a sending key (mg_live_...); API keys and sessions do not send mail.',
+      );
+    }
+    const cached = this.keys.get(secret);
+    let hit = cached && Date.now() - cached.at < (this.options.keyCacheMs ?? 500) ? cached.key : undefined;
+    if (hit === undefined) {
+      const row = await this.options
+        .db('mail_keys')
+        .where({ secret_hash: secretHash(secret) })
+        .first('id', 'service_id', 'revoked_at');
+      hit = row ? { id: Number(row.id), serviceId: Number(row.service_id), revoked: row.revoked_at !== null } : null;
+      if (this.keys.size > 10_000) this.keys.clear();
+      this.keys.set(secret, { key: hit, at: Date.now() });
+    }
+    if (!hit) throw new PlaneError(401, 'authentication_error', 'invalid_api_key', 'The sending key is not valid.');
+    if (hit.revoked) throw new PlaneError(401, 'authentication_error', 'api_key_revoked', 'The sending key was revoked.');
+    return hit;
+  }
+
+  private async send(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const key = await this.keyOf(req);
+    const db = this.options.db;
+    const rejected = async (error: PlaneError): Promise<never> => {
+      await countSend(db, key.serviceId, 'rejected');
+      throw error;
+    };
+    const raw = await readBody(req);
+    let body: Send;
+    try {
+      body = SendBody.parse(JSON.parse(raw.toString('utf8') || 'null'));
+    } catch (err) {
+      const issue = err instanceof z.ZodError ? err.issues[0] : null;
+      return rejected(
+        new PlaneError(
+          400,
+          'invalid_request_error',
+          'validation_failed',
+          issue ? `${issue.path.join('.') || 'body'}: ${issue.message}` : 'The body must be a JSON object.',
+          issue ? String(issue.path[0] ?? '') || null : null,
+        ),
+      );
+    }
+    void db('mail_keys')
+      .where({ id: key.id })
+      .update({ last_used_at: db.fn.now() })
+      .catch(() => undefined);
+    const idempotencyKey = typeof req.headers['idempotency-key'] === 'string' ? req.headers['idempotency-key'].slice(0, 255) : null;
+    const requestHash = createHash('sha256').update(raw).digest('hex');
+    if (idempotencyKey) {
+      const replay = await this.replay(key.serviceId, idempotencyKey, requestHash);
+      if (replay) return void this.answer(res, 202, replay);
+    }
+    const from = parseMailbox(body.from)!;
+    const gateway = await findGateway(db, key.serviceId);
+    const service = await db('services').where({ id: key.serviceId }).first('status');
+    if (!gateway || service?.status !== 'active') {
+      return rejected(new PlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${service?.status ?? 'gone'}; it sends nothing.`));
+    }
+    const domain = await db('mail_domains').where({ service_id: key.serviceId, domain: from.domain }).first();
+    if (!domain || domain.status !== 'verified') {
+      return rejected(
+        new PlaneError(
+          403,
+          'authorization_error',
+          'domain_not_verified',
+          `The domain ${from.domain} is not a verified sending domain of this gateway.`,
+          'from',
+        ),
+      );
+    }
+    if (gateway.sending_suspended_at) {
+      return rejected(
+        new PlaneError(403, 'authorization_error', 'sending_suspended', `Sending is suspended: ${gateway.sending_suspended_reason ?? 'see the mail gateway'}.`),
+      );
+    }
+    if ((await monthSends(db, key.serviceId)).accepted >= monthlyLimitOf(gateway.plan)) {
+      return rejected(new PlaneError(429, 'rate_limit_error', 'quota_exceeded', `This month's ${monthlyLimitOf(gateway.plan)} sends are used up.`));
+    }
+    const id = newMessageId();
+    const to = list(body.to);
+    const cc = list(body.cc);
+    const bcc = list(body.bcc);
+    const recipients = [...to, ...cc, ...bcc].map((r) => parseMailbox(r)!.address);
+    const raced = await db.transaction(async (trx) => {
+      if (idempotencyKey) {
+        const claimed = await trx('mail_idempotency')
+          .insert({ service_id: key.serviceId, key: idempotencyKey, request_hash: requestHash, message_id: id })
+          .onConflict(['service_id', 'key'])
+          .ignore()
+          .returning('key');
+        if (claimed.length === 0) return true;
+      }
+      await recordAccepted(trx, { id, serviceId: key.serviceId, domain: from.domain, from: from.address, subject: body.subject, recipients, via: 'api' });
+      return false;
+    });
+    if (raced) {
+      // The same key won by a concurrent request: answer what it recorded.
+      const replay = await this.replay(key.serviceId, idempotencyKey!, requestHash);
+      if (replay) return void this.answer(res, 202, replay);
+      throw new PlaneError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+    }
+    try {
+      await this.transport.sendMail({
+        envelope: { from: `bounce+${id}@${domain.mail_from_host}`, to: recipients },
+        messageId: `<${id}@${from.domain}>`,
+        date: new Date(),
+        from: body.from,
+        to,
+        cc: cc.length ? cc : undefined,
+        subject: body.subject,
+        text: body.text,
+        html: body.track_opens && body.html ? withPixel(body.html, this.pixelUrl(gateway, id)) : body.html,
+      });
+    } catch (err) {
+      await this.undo(key.serviceId, id);
+      throw new PlaneError(
+        503,
+        'api_error',
+        'backend_unavailable',
+        `The mail server did not take the message (${(err as Error).message.slice(0, 200)}); nothing was sent. Try again.`,
+      );
+    }
+    this.answer(res, 202, await presentMessage(db, id));
+  }
+
+  /** The recorded answer to an `Idempotency-Key` (422 when the body differs), or null when the key is new. */
+  private async replay(serviceId: number, key: string, requestHash: string): Promise<unknown | null> {
+    const row = await this.options.db('mail_idempotency').where({ service_id: serviceId, key }).first();
+    if (!row) return null;
+    if (row.request_hash !== requestHash) {
+      throw new PlaneError(
+        422,
+        'invalid_request_error',
+        'idempotency_key_reused',
+        'This Idempotency-Key was used with a different body. Use a new key for a new message.',
+      );
+    }
+    return presentMessage(this.options.db, row.message_id);
+  }
+
+  /** A message the MTA did not take: as if it was never sent (record, count and idempotency key). */
+  private async undo(serviceId: number, id: string): Promise<void> {
+    await this.options.db.transaction(async (trx) => {
+      const message = await trx('mail_messages').where({ id }).first('created_at');
+      await trx('mail_idempotency').where({ message_id: id }).delete();
+      await trx('mail_messages').where({ id }).delete();
+      if (message) {
+        await trx('mail_usage_days')
+          .where({ service_id: serviceId, day: new Date(message.created_at).toISOString().slice(0, 10) })
+          .update({ accepted: trx.raw('greatest(accepted - 1, 0)') });
+      }
+    });
+  }
+
+  private pixelUrl(gateway: GatewayRow, id: string): string {
+    return `${gateway.api_endpoint}/o/${id}.${this.pixelSignature(id)}.gif`;
+  }
+
+  private pixelSignature(id: string): string {
+    return createHmac('sha256', this.options.keyring.derive('mail-open-pixel')).update(id).digest('hex').slice(0, 32);
+  }
+
+  /** The open pixel: answers the GIF whatever happens (a mail client shows nothing either way); a genuine one records `opened`. */
+  private async opened(res: http.ServerResponse, id: string, signature: string): Promise<void> {
+    const genuine = timingSafeEqual(Buffer.from(signature), Buffer.from(this.pixelSignature(id)));
+    if (genuine)
+      await recordOutcome(this.options.db, { messageId: id, recipient: null, kind: 'opened', response: null, at: new Date() }).catch(() => undefined);
+    res.writeHead(200, { 'Content-Type': 'image/gif', 'Content-Length': PIXEL.length, 'Cache-Control': 'no-store' });
+    res.end(PIXEL);
+  }
+
+  private answer(res: http.ServerResponse, status: number, body: unknown): void {
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
+    res.end(JSON.stringify(body));
+  }
+}
+
+interface KeyHit {
+  id: number;
+  serviceId: number;
+  revoked: boolean;
+}
+
+function withPixel(html: string, url: string): string {
+  const img = `<img src="${url}" width="1" height="1" alt="" style="display:none">`;
+  return /<\/body>/i.test(html) ? html.replace(/<\/body>/i, `${img}</body>`) : `${html}${img}`;
+}
+
+async function readBody(req: http.IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > 5 * 1024 * 1024) throw new PlaneError(413, 'invalid_request_error', 'payload_too_large', 'The body is over 5 MiB.');
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
