@@ -15,5 +15,17 @@ export const mailGatewayFamily = defineFamily({
   // Messages are kept 90 days.
   keepers: ({ db, logger }) => [new MailRetentionSweeper({ db, logger })],
   seed: ({ db, keyring, providers, config }) => seedMailGateway(db, keyring, providers, config),
-  config: ['MAIL_PORT', 'MAIL_API_ENDPOINT', 'MAIL_MX_HOST', 'DNS_RESOLVER'],
+  config: [
+    'MAIL_PORT',
+    'MAIL_API_ENDPOINT',
+    'MAIL_DATA_DIR',
+    'MAIL_SMTP_PORT',
+    'MAIL_SMTP_HOST',
+    'MAIL_SMARTHOST',
+    'MAIL_MX_HOST',
+    'MAIL_BOUNCE_RATE_LIMIT',
+    'MAIL_COMPLAINT_RATE_LIMIT',
+    'MAIL_SUSPEND_MIN_SENDS',
+    'DNS_RESOLVER',
+  ],
 });
