@@ -43,7 +43,7 @@ describe('service teardown', () => {
 
   it('tears down an ordered service that billing terminated after an immediate cancellation', async () => {
     const c = await newCustomer(stack, { credit: 100 });
-    const order = await placeOrder(stack, c, { product: 'mailgateway-10k' });
+    const order = await placeOrder(stack, c, { product: 'caas-starter' });
     expect(order.status, order.text).toBe(202);
     await stack.temporal!.client.workflow.getHandle(order.body.id).result();
     const orderId = order.body.resource.id as string;
