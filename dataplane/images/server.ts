@@ -16,6 +16,7 @@ import {
   type TenantRow,
 } from '../../domain/images/store';
 import type { TargetPolicy } from '../../infra/webhook-targets';
+import { DataPlaneError, readBody, sendError } from '../errors';
 import { DiskImageCache, type CachedImage } from './cache';
 import { fetchSource, OriginFailed, OriginRefused, SourceBuffers, SourceTooLarge } from './fetch';
 import { allowedBy, sourceHost } from '../../domain/images/origins';
@@ -46,18 +47,6 @@ export interface ImageDeliveryOptions {
   /** How long a looked-up token is trusted (a revoked or rotated-out token stops within this). */
   tokenCacheMs?: number;
   flushMs?: number;
-}
-
-class DeliveryError extends Error {
-  constructor(
-    readonly status: number,
-    readonly type: string,
-    readonly code: string,
-    message: string,
-    readonly param: string | null = null,
-  ) {
-    super(message);
-  }
 }
 
 const LIVE = new Set(['active']);
@@ -261,23 +250,17 @@ export class ImageDeliveryServer {
       if (pathname === '/healthz') return void res.end('ok');
       if (pathname === '/v1/img' || pathname === '/v1/sign') {
         res.setHeader('Allow', pathname === '/v1/img' ? 'GET, HEAD' : 'POST');
-        throw new DeliveryError(405, 'invalid_request_error', 'method_not_allowed', `${req.method} is not allowed on ${pathname}.`);
+        throw new DataPlaneError(405, 'invalid_request_error', 'method_not_allowed', `${req.method} is not allowed on ${pathname}.`);
       }
-      throw new DeliveryError(404, 'invalid_request_error', 'route_not_found', 'The image delivery plane answers GET /v1/img and POST /v1/sign.');
+      throw new DataPlaneError(404, 'invalid_request_error', 'route_not_found', 'The image delivery plane answers GET /v1/img and POST /v1/sign.');
     } catch (err) {
       const e =
-        err instanceof DeliveryError
+        err instanceof DataPlaneError
           ? err
           : err instanceof ParamError
-            ? new DeliveryError(400, 'invalid_request_error', 'validation_failed', err.message, err.param)
-            : new DeliveryError(500, 'api_error', 'internal_error', 'The image could not be delivered; try again.');
-      if (!res.headersSent) {
-        res.statusCode = e.status;
-        res.setHeader('X-Request-Id', requestId);
-        res.setHeader('Content-Type', 'application/json');
-        res.setHeader('Cache-Control', 'no-store');
-      }
-      res.end(JSON.stringify({ error: { type: e.type, code: e.code, message: e.message, param: e.param, request_id: requestId } }));
+            ? new DataPlaneError(400, 'invalid_request_error', 'validation_failed', err.message, err.param)
+            : new DataPlaneError(500, 'api_error', 'internal_error', 'The image could not be delivered; try again.');
+      sendError(res, e, requestId);
     }
   }
 
@@ -286,14 +269,14 @@ export class ImageDeliveryServer {
     const header = req.headers.authorization ?? '';
     const m = /^Bearer\s+(\S+)$/i.exec(header);
     if (!m)
-      throw new DeliveryError(
+      throw new DataPlaneError(
         401,
         'authentication_error',
         'authentication_required',
         'Send a delivery token: Authorization: Bearer imgt_..., or use a signed URL.',
       );
     const token = m[1];
-    if (!token.startsWith('imgt_')) throw new DeliveryError(401, 'authentication_error', 'invalid_token', 'This is not a delivery token (imgt_...).');
+    if (!token.startsWith('imgt_')) throw new DataPlaneError(401, 'authentication_error', 'invalid_token', 'This is not a delivery token (imgt_...).');
     const cached = this.tokens.get(token);
     const ttl = this.options.tokenCacheMs ?? 500;
     let tenant = cached && Date.now() - cached.at < ttl ? cached.tenant : undefined;
@@ -302,7 +285,7 @@ export class ImageDeliveryServer {
       if (this.tokens.size > 10_000) this.tokens.clear();
       this.tokens.set(token, { tenant, at: Date.now() });
     }
-    if (!tenant) throw new DeliveryError(401, 'authentication_error', 'invalid_token', 'The delivery token is not valid (unknown, revoked or rotated out).');
+    if (!tenant) throw new DataPlaneError(401, 'authentication_error', 'invalid_token', 'The delivery token is not valid (unknown, revoked or rotated out).');
     return tenant;
   }
 
@@ -316,16 +299,16 @@ export class ImageDeliveryServer {
         buffers: this.sources,
       });
     } catch (err) {
-      if (err instanceof OriginRefused) throw new DeliveryError(403, 'authorization_error', 'origin_not_allowed', err.message, 'url');
-      if (err instanceof SourceTooLarge) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
-      if (err instanceof OriginFailed) throw new DeliveryError(502, 'api_error', 'origin_error', err.message, 'url');
+      if (err instanceof OriginRefused) throw new DataPlaneError(403, 'authorization_error', 'origin_not_allowed', err.message, 'url');
+      if (err instanceof SourceTooLarge) throw new DataPlaneError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
+      if (err instanceof OriginFailed) throw new DataPlaneError(502, 'api_error', 'origin_error', err.message, 'url');
       throw err;
     }
     try {
       const out = await transform(source, t);
       return { body: out.body, contentType: out.contentType, format: out.format };
     } catch (err) {
-      if (err instanceof UnsupportedImageError) throw new DeliveryError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
+      if (err instanceof UnsupportedImageError) throw new DataPlaneError(422, 'invalid_request_error', 'unsupported_image', err.message, 'url');
       throw err;
     } finally {
       // sharp is done with it (its cache is off): the next miss may read into it.
@@ -345,7 +328,7 @@ export class ImageDeliveryServer {
 
   private requireLive(tenant: { status: string }): void {
     if (!LIVE.has(tenant.status))
-      throw new DeliveryError(403, 'authorization_error', 'service_not_active', `The image service is ${tenant.status}; it delivers nothing.`);
+      throw new DataPlaneError(403, 'authorization_error', 'service_not_active', `The image service is ${tenant.status}; it delivers nothing.`);
   }
 
   /** The delivery query parsed, from memory when it was seen before (ParamError if it is bad; those are not kept). */
@@ -375,9 +358,9 @@ export class ImageDeliveryServer {
       const found = await this.tenantOfHandle(request.signed.tenant);
       const secrets = found ? (await this.stateOf(found.service_id, true)).secrets : [];
       const good = found !== null && (parsed.verifiedWith === secrets || signatureMatches(secrets, signedString!, request.signed.sig));
-      if (!good) throw new DeliveryError(403, 'authorization_error', 'invalid_signature', 'The signature does not match this URL.');
+      if (!good) throw new DataPlaneError(403, 'authorization_error', 'invalid_signature', 'The signature does not match this URL.');
       parsed.verifiedWith = secrets;
-      if (request.signed.exp * 1000 < Date.now()) throw new DeliveryError(403, 'authorization_error', 'signature_expired', 'The signed URL has expired.');
+      if (request.signed.exp * 1000 < Date.now()) throw new DataPlaneError(403, 'authorization_error', 'signature_expired', 'The signed URL has expired.');
       tenant = found;
     } else {
       tenant = await this.tenantOfBearer(req);
@@ -385,7 +368,7 @@ export class ImageDeliveryServer {
     this.requireLive(tenant);
     const t = request.transformation;
     if (!host || !allowedBy((await this.stateOf(tenant.service_id, false)).origins, host)) {
-      throw new DeliveryError(
+      throw new DataPlaneError(
         403,
         'authorization_error',
         'origin_not_allowed',
@@ -452,7 +435,7 @@ export class ImageDeliveryServer {
     const pending = this.pending.get(tenant.service_id);
     const over = (['transformations', 'deliveries', 'egress_bytes'] as const).find((k) => used[k] + (pending?.[k] ?? 0) >= plan.included[k]);
     if (over)
-      throw new DeliveryError(
+      throw new DataPlaneError(
         429,
         'rate_limit_error',
         'quota_exceeded',
@@ -481,7 +464,7 @@ export class ImageDeliveryServer {
     parseDelivery(new URLSearchParams(params), undefined);
     params.push(['tenant', tenant.tenant]);
     const secrets = await signingSecrets(this.options.db, this.options.keyring, tenant.service_id);
-    if (secrets.length === 0) throw new DeliveryError(409, 'invalid_request_error', 'conflict', 'The image service has no signing secret yet.');
+    if (secrets.length === 0) throw new DataPlaneError(409, 'invalid_request_error', 'conflict', 'The image service has no signing secret yet.');
     const expiresAt = new Date(Math.floor(Date.now() / 1000) * 1000 + expiresIn * 1000);
     const base = tenant.api_endpoint;
     res.statusCode = 200;
@@ -492,18 +475,12 @@ export class ImageDeliveryServer {
 }
 
 async function readJson(req: http.IncomingMessage): Promise<Record<string, unknown>> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > 64 * 1024) throw new DeliveryError(413, 'invalid_request_error', 'payload_too_large', 'The body is over 64 KiB.');
-    chunks.push(chunk as Buffer);
-  }
+  const body = await readBody(req, 64 * 1024);
   try {
-    const parsed: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+    const parsed: unknown = JSON.parse(body.toString('utf8') || '{}');
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
     return parsed as Record<string, unknown>;
   } catch {
-    throw new DeliveryError(400, 'invalid_request_error', 'invalid_json', 'The body must be a JSON object of parameters.');
+    throw new DataPlaneError(400, 'invalid_request_error', 'invalid_json', 'The body must be a JSON object of parameters.');
   }
 }

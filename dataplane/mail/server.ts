@@ -11,6 +11,7 @@ import { monthlyLimitOf } from '../../domain/mailgateway/plans';
 import { platformPassword, PLATFORM_USERNAME } from '../../domain/mailgateway/smtp';
 import { findGateway, monthSends, secretHash, type GatewayRow } from '../../domain/mailgateway/store';
 import { presentMessage } from '../../domain/mailgateway/present';
+import { DataPlaneError, readBody, sendError } from '../errors';
 
 /**
  * The mail gateway's data plane (SPEC "Mail gateway", DECISIONS "Mail gateway"): `POST /emails`
@@ -33,18 +34,6 @@ export interface MailDataPlaneOptions {
   submission: { host: string; port: number };
   /** How long a looked-up key is trusted (a revoked key stops within this). */
   keyCacheMs?: number;
-}
-
-class PlaneError extends Error {
-  constructor(
-    readonly status: number,
-    readonly type: string,
-    readonly code: string,
-    message: string,
-    readonly param: string | null = null,
-  ) {
-    super(message);
-  }
 }
 
 /** `a@example.com` or `Name <a@example.com>`; the address's domain lower-cased. */
@@ -133,27 +122,25 @@ export class MailDataPlane {
       if (path === '/healthz') return void res.end('ok');
       if (path === '/emails') {
         res.setHeader('Allow', 'POST');
-        throw new PlaneError(405, 'invalid_request_error', 'method_not_allowed', `${req.method} is not allowed on /emails.`);
+        throw new DataPlaneError(405, 'invalid_request_error', 'method_not_allowed', `${req.method} is not allowed on /emails.`);
       }
-      throw new PlaneError(404, 'invalid_request_error', 'route_not_found', 'The mail data plane answers POST /emails.');
+      throw new DataPlaneError(404, 'invalid_request_error', 'route_not_found', 'The mail data plane answers POST /emails.');
     } catch (err) {
-      const e = err instanceof PlaneError ? err : new PlaneError(500, 'api_error', 'internal_error', 'The message could not be taken; try again.');
-      if (!res.headersSent) {
-        res.statusCode = e.status;
-        res.setHeader('Content-Type', 'application/json');
-        res.setHeader('Cache-Control', 'no-store');
-      }
-      res.end(JSON.stringify({ error: { type: e.type, code: e.code, message: e.message, param: e.param, request_id: requestId } }));
+      sendError(
+        res,
+        err instanceof DataPlaneError ? err : new DataPlaneError(500, 'api_error', 'internal_error', 'The message could not be taken; try again.'),
+        requestId,
+      );
     }
   }
 
   /** The sending key of the request (trusted for `keyCacheMs`), or 401. */
   private async keyOf(req: http.IncomingMessage): Promise<KeyHit> {
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
-    if (!m) throw new PlaneError(401, 'authentication_error', 'invalid_api_key', 'Send a sending key: Authorization: Bearer mg_live_...');
+    if (!m) throw new DataPlaneError(401, 'authentication_error', 'invalid_api_key', 'Send a sending key: Authorization: Bearer mg_live_...');
     const secret = m[1];
     if (!secret.startsWith('mg_live_')) {
-      throw new PlaneError(
+      throw new DataPlaneError(
         401,
         'authentication_error',
         'wrong_credential_type',
@@ -171,26 +158,26 @@ export class MailDataPlane {
       if (this.keys.size > 10_000) this.keys.clear();
       this.keys.set(secret, { key: hit, at: Date.now() });
     }
-    if (!hit) throw new PlaneError(401, 'authentication_error', 'invalid_api_key', 'The sending key is not valid.');
-    if (hit.revoked) throw new PlaneError(401, 'authentication_error', 'api_key_revoked', 'The sending key was revoked.');
+    if (!hit) throw new DataPlaneError(401, 'authentication_error', 'invalid_api_key', 'The sending key is not valid.');
+    if (hit.revoked) throw new DataPlaneError(401, 'authentication_error', 'api_key_revoked', 'The sending key was revoked.');
     return hit;
   }
 
   private async send(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const key = await this.keyOf(req);
     const db = this.options.db;
-    const rejected = async (error: PlaneError): Promise<never> => {
+    const rejected = async (error: DataPlaneError): Promise<never> => {
       await countSend(db, key.serviceId, 'rejected');
       throw error;
     };
-    const raw = await readBody(req);
+    const raw = await readBody(req, 5 * 1024 * 1024);
     let body: Send;
     try {
       body = SendBody.parse(JSON.parse(raw.toString('utf8') || 'null'));
     } catch (err) {
       const issue = err instanceof z.ZodError ? err.issues[0] : null;
       return rejected(
-        new PlaneError(
+        new DataPlaneError(
           400,
           'invalid_request_error',
           'validation_failed',
@@ -213,12 +200,14 @@ export class MailDataPlane {
     const gateway = await findGateway(db, key.serviceId);
     const service = await db('services').where({ id: key.serviceId }).first('status');
     if (!gateway || service?.status !== 'active') {
-      return rejected(new PlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${service?.status ?? 'gone'}; it sends nothing.`));
+      return rejected(
+        new DataPlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${service?.status ?? 'gone'}; it sends nothing.`),
+      );
     }
     const domain = await db('mail_domains').where({ service_id: key.serviceId, domain: from.domain }).first();
     if (!domain || domain.status !== 'verified') {
       return rejected(
-        new PlaneError(
+        new DataPlaneError(
           403,
           'authorization_error',
           'domain_not_verified',
@@ -229,11 +218,16 @@ export class MailDataPlane {
     }
     if (gateway.sending_suspended_at) {
       return rejected(
-        new PlaneError(403, 'authorization_error', 'sending_suspended', `Sending is suspended: ${gateway.sending_suspended_reason ?? 'see the mail gateway'}.`),
+        new DataPlaneError(
+          403,
+          'authorization_error',
+          'sending_suspended',
+          `Sending is suspended: ${gateway.sending_suspended_reason ?? 'see the mail gateway'}.`,
+        ),
       );
     }
     if ((await monthSends(db, key.serviceId)).accepted >= monthlyLimitOf(gateway.plan)) {
-      return rejected(new PlaneError(429, 'rate_limit_error', 'quota_exceeded', `This month's ${monthlyLimitOf(gateway.plan)} sends are used up.`));
+      return rejected(new DataPlaneError(429, 'rate_limit_error', 'quota_exceeded', `This month's ${monthlyLimitOf(gateway.plan)} sends are used up.`));
     }
     const id = newMessageId();
     const to = list(body.to);
@@ -256,7 +250,7 @@ export class MailDataPlane {
       // The same key won by a concurrent request: answer what it recorded.
       const replay = await this.replay(key.serviceId, idempotencyKey!, requestHash);
       if (replay) return void this.answer(res, 202, replay);
-      throw new PlaneError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+      throw new DataPlaneError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
     }
     try {
       await this.transport.sendMail({
@@ -272,7 +266,7 @@ export class MailDataPlane {
       });
     } catch (err) {
       await this.undo(key.serviceId, id);
-      throw new PlaneError(
+      throw new DataPlaneError(
         503,
         'api_error',
         'backend_unavailable',
@@ -287,7 +281,7 @@ export class MailDataPlane {
     const row = await this.options.db('mail_idempotency').where({ service_id: serviceId, key }).first();
     if (!row) return null;
     if (row.request_hash !== requestHash) {
-      throw new PlaneError(
+      throw new DataPlaneError(
         422,
         'invalid_request_error',
         'idempotency_key_reused',
@@ -343,15 +337,4 @@ interface KeyHit {
 function withPixel(html: string, url: string): string {
   const img = `<img src="${url}" width="1" height="1" alt="" style="display:none">`;
   return /<\/body>/i.test(html) ? html.replace(/<\/body>/i, `${img}</body>`) : `${html}${img}`;
-}
-
-async function readBody(req: http.IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > 5 * 1024 * 1024) throw new PlaneError(413, 'invalid_request_error', 'payload_too_large', 'The body is over 5 MiB.');
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
 }
