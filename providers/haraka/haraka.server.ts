@@ -1,4 +1,4 @@
-import { copyFileSync, chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
@@ -17,6 +17,8 @@ import {
   waitFor,
   withFileLock,
   LocalServerError,
+  liveDaemon,
+  readJsonFile,
 } from '../local-server';
 import { FORCE_SHUTDOWN_S, parseSmarthost, renderHarakaConfig } from './config';
 
@@ -94,11 +96,7 @@ const serverOf =
   };
 
 function readSettings(dataDir: string): HarakaSettings | null {
-  try {
-    return JSON.parse(readFileSync(path.join(dataDir, SETTINGS), 'utf8')) as HarakaSettings;
-  } catch {
-    return null;
-  }
+  return readJsonFile<HarakaSettings>(path.join(dataDir, SETTINGS));
 }
 
 async function chooseSettings(options: HarakaServerOptions): Promise<HarakaSettings> {
@@ -206,10 +204,9 @@ export class HarakaServer {
   /** The data directory's server when its pidfile names a live Haraka of it that greets on its port. */
   static async find(dataDir: string): Promise<HarakaServer | null> {
     const dir = path.resolve(dataDir);
-    const settings = readSettings(dir);
-    const pid = await readPidFile(path.join(dir, PIDFILE));
-    if (!settings || pid === null || !(await processAlive(pid, serverOf(dir)))) return null;
-    const server = new HarakaServer(dir, pid, settings, true);
+    const live = await liveDaemon<HarakaSettings>(dir, { pidfile: PIDFILE, settingsFile: SETTINGS }, serverOf(dir));
+    if (!live) return null;
+    const server = new HarakaServer(dir, live.pid, live.settings, true);
     return (await server.answers()) ? server : null;
   }
 

@@ -6,7 +6,7 @@ import { once } from 'node:events';
  * secrets go to the servers over their sockets.
  */
 import { spawn } from 'node:child_process';
-import { constants as fsConstants, promises as fs } from 'node:fs';
+import { constants as fsConstants, promises as fs, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { OsAccount } from '../os-accounts';
 import { openTenantFile, readTenantFile } from './tenant-files';
@@ -289,4 +289,29 @@ export async function withFileLock<T>(file: string, fn: () => Promise<T>, timeou
     const content = await fs.readFile(file, 'utf8').catch(() => null);
     if (content === token) await fs.rm(file, { force: true });
   }
+}
+
+/** A JSON file's content, or null when it is missing or unreadable (a server's settings before its first start). */
+export function readJsonFile<T>(file: string): T | null {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The daemon of a data directory, as a later process finds it: the settings it was started with
+ * (`settingsFile`) and its pid, when the pidfile names a live process that `isOurs` recognises as
+ * this directory's server. null otherwise (never started, stopped, or its pid reused by another program).
+ */
+export async function liveDaemon<S>(
+  dataDir: string,
+  files: { pidfile: string; settingsFile: string },
+  isOurs: (args: string[]) => boolean,
+): Promise<{ settings: S; pid: number } | null> {
+  const settings = readJsonFile<S>(path.join(dataDir, files.settingsFile));
+  const pid = await readPidFile(path.join(dataDir, files.pidfile));
+  if (!settings || pid === null || !(await processAlive(pid, isOurs))) return null;
+  return { settings, pid };
 }

@@ -16,6 +16,8 @@ import {
   waitFor,
   withFileLock,
   LocalServerError,
+  liveDaemon,
+  readJsonFile,
 } from '../local-server';
 import { accountNameFor, ensureAccount, isolatedAccounts, type OsAccount } from '../os-accounts';
 
@@ -95,11 +97,7 @@ const serverOf =
     args.some((a) => a.endsWith('weed')) && args.includes('server') && args.includes(`-dir=${path.join(dataDir, 'data')}`);
 
 function readSettings(dataDir: string): SeaweedSettings | null {
-  try {
-    return JSON.parse(readFileSync(path.join(dataDir, SETTINGS), 'utf8')) as SeaweedSettings;
-  } catch {
-    return null;
-  }
+  return readJsonFile<SeaweedSettings>(path.join(dataDir, SETTINGS));
 }
 
 /** A free port on `host` that is not in `taken`. */
@@ -275,10 +273,9 @@ export class SeaweedServer {
   /** The data directory's server when its pidfile names a live `weed server` of it that answers on its S3 port. */
   static async find(dataDir: string): Promise<SeaweedServer | null> {
     const dir = path.resolve(dataDir);
-    const settings = readSettings(dir);
-    const pid = await readPidFile(path.join(dir, PIDFILE));
-    if (!settings || pid === null || !(await processAlive(pid, serverOf(dir)))) return null;
-    const server = new SeaweedServer(dir, pid, settings, true);
+    const live = await liveDaemon<SeaweedSettings>(dir, { pidfile: PIDFILE, settingsFile: SETTINGS }, serverOf(dir));
+    if (!live) return null;
+    const server = new SeaweedServer(dir, live.pid, live.settings, true);
     return (await server.answers()) ? server : null;
   }
 
