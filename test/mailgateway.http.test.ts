@@ -157,6 +157,41 @@ describe('sending domains', () => {
     expect((await api.get('/v1/mail-gateway')).body.domain_count).toBe(1);
   });
 
+  it("verify answers 503 while the mail provider's outage switch is on", async () => {
+    const down = await stack.http.post('/_dev/backends/mailgateway/outage', { body: { down: true } });
+    expect(down.status, down.text).toBe(200);
+    try {
+      const res = await api.post(`/v1/mail-gateway/domains/news.${ZONE}/verify`);
+      expect(res.status).toBe(503);
+      expect(res.body.error.code).toBe('backend_unavailable');
+    } finally {
+      await stack.http.post('/_dev/backends/mailgateway/outage', { body: { down: false } });
+    }
+  });
+
+  it('lists domains newest first; at most 50 per gateway (429 quota_exceeded)', async () => {
+    const other = await otherAccount();
+    const serviceId = await provision(other.accountId);
+    const rows = Array.from({ length: 49 }, (_, i) => ({
+      service_id: serviceId,
+      domain: `d${i}.quota.example.test`,
+      dkim_selector: 'x',
+      dkim_public: 'AAAA',
+      dkim_private_sealed: stack.api.deps.keyring.encrypt('mail-dkim-private-key', 'x'),
+      mail_from_host: `bounce.d${i}.quota.example.test`,
+    }));
+    await stack.db('mail_domains').insert(rows);
+    const fiftieth = await api.post('/v1/mail-gateway/domains', { domain: 'last.quota.example.test' }, other.key.token);
+    expect(fiftieth.status, fiftieth.text).toBe(201);
+    const listed = await api.get('/v1/mail-gateway/domains?limit=2', other.key.token);
+    expect(listed.body.data.map((d: { domain: string }) => d.domain)).toEqual(['last.quota.example.test', 'd48.quota.example.test']);
+    const over = await api.post('/v1/mail-gateway/domains', { domain: 'over.quota.example.test' }, other.key.token);
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe('quota_exceeded');
+    // Adding one that is there already is not a new one.
+    expect((await api.post('/v1/mail-gateway/domains', { domain: 'd0.quota.example.test' }, other.key.token)).status).toBe(200);
+  });
+
   it('verify answers 503 when the resolver does not answer, and changes nothing', async () => {
     const deaf = await startStack({ temporal: 'none', env: { DNS_RESOLVER: '127.0.0.1:9', MAIL_MX_HOST: MX_HOST } });
     try {
@@ -206,9 +241,10 @@ describe('sending keys', () => {
 
     await api.post('/v1/mail-gateway/keys', { name: 'second' });
     const list = await api.get('/v1/mail-gateway/keys');
+    // Newest first.
     expect(list.body.data.map((k: { name: string; secret: null }) => [k.name, k.secret])).toEqual([
-      ['production', null],
       ['second', null],
+      ['production', null],
     ]);
     expect((await api.get('/v1/mail-gateway')).body.key_count).toBe(1);
     expect((await api.post('/v1/mail-gateway/keys', { name: '' })).status).toBe(400);

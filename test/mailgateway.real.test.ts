@@ -159,7 +159,33 @@ afterAll(async () => {
 });
 
 describe('/emails on the real MTA', () => {
+  it('refuses a From hiding a second address in its display name; headers are written from the parsed addresses', async () => {
+    const hidden = await send(main, { from: `boss@victim.example, Me <me@${main.domain}>`, to: 'x@inbox.test', subject: 's', text: 't' });
+    expect(hidden.status).toBe(400);
+    expect(hidden.body.error).toMatchObject({ code: 'validation_failed', param: 'from' });
+    const sneaky = await send(main, { from: `hello@${main.domain}`, to: ['x@inbox.test', 'a@b.example, c@d.example'], subject: 's', text: 't' });
+    expect(sneaky.body.error).toMatchObject({ code: 'validation_failed', param: 'to.1' });
+    const quoted = await send(main, { from: `"News, Inc." <hello@${main.domain}>`, to: 'quoted@inbox.test', subject: 'Quoted', text: 't' });
+    expect(quoted.status, JSON.stringify(quoted.body)).toBe(202);
+    const mail = await atSink(`<${quoted.body.id}@${main.domain}>`);
+    expect(mail.raw.toString()).toMatch(new RegExp(`^From: "News, Inc\\." <hello@${main.domain.replace(/\./g, '\\.')}>`, 'm'));
+  });
+
+  it('the month quota answers 429 quota_exceeded (counted as rejected); a deleted domain stops sending', async () => {
+    const g = await gatewayWith('quota.example.test');
+    const serviceId = (await stack.db('mail_gateways').where({ account_id: g.accountId }).first()).service_id;
+    await stack.db('mail_usage_days').insert({ service_id: serviceId, day: new Date().toISOString().slice(0, 10), accepted: 10_000, rejected: 0 });
+    const over = await send(g, { from: `a@${g.domain}`, to: 'x@inbox.test', subject: 's', text: 't' });
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe('quota_exceeded');
+    expect((await api(g).get('/v1/mail-gateway/usage')).body).toMatchObject({ accepted: 10_000, rejected: 1, limit: 10_000 });
+    expect((await api(g).del(`/v1/mail-gateway/domains/${g.domain}`)).status).toBe(204);
+    const gone = await send(g, { from: `a@${g.domain}`, to: 'x@inbox.test', subject: 's', text: 't' });
+    expect(gone.body.error.code).toBe('domain_not_verified');
+  });
+
   it('sends a message DKIM-signed with the published key (relaxed/relaxed), from the bounce host, and records its delivery', async () => {
+    const before = (await api(main).get('/v1/mail-gateway/usage')).body;
     const sent = await send(main, {
       from: `News <hello@${main.domain}>`,
       to: 'reader@inbox.test',
@@ -183,10 +209,10 @@ describe('/emails on the real MTA', () => {
     const delivered = await messageOf(main, id, (m) => m.recipients.every((r: { status: string }) => r.status !== 'queued'));
     expect(delivered.status).toBe('delivered');
     for (const r of delivered.recipients) expect(r).toMatchObject({ status: 'delivered', response: expect.stringMatching(/^250/) });
-    expect((await api(main).get('/v1/mail-gateway/usage')).body).toMatchObject({ accepted: 1, rejected: 0 });
+    expect((await api(main).get('/v1/mail-gateway/usage')).body).toMatchObject({ accepted: before.accepted + 1, rejected: before.rejected });
   });
 
-  it('refuses an unverified domain, a revoked key and an API key, and counts the first two as rejected', async () => {
+  it('refuses an unverified domain, a bad body, a revoked key (within a second) and an API key; the refusals to the active key count as rejected', async () => {
     const g = await gatewayWith('refusals.example.test');
     const unverified = await send(g, { from: 'a@elsewhere.example.test', to: 'x@inbox.test', subject: 's', text: 't' });
     expect(unverified.status).toBe(403);
@@ -216,7 +242,9 @@ describe('/emails on the real MTA', () => {
     const again = await send(main, body, { 'idempotency-key': 'k-once' });
     expect(first.status).toBe(202);
     expect(again.status).toBe(202);
-    expect(again.body.id).toBe(first.body.id);
+    expect(again.body).toEqual(first.body); // the stored answer
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
     await atSink(`<${first.body.id}@${main.domain}>`);
     await new Promise((r) => setTimeout(r, 500));
     expect(received.filter((m) => m.rcptTo.includes('once@inbox.test'))).toHaveLength(1);
@@ -226,6 +254,11 @@ describe('/emails on the real MTA', () => {
   });
 
   it('track_opens adds a pixel; fetching it records the open', async () => {
+    // A forged pixel (another signature) records nothing, on a message not opened yet.
+    const quiet = await send(main, { from: `hello@${main.domain}`, to: 'quiet@inbox.test', subject: 'Quiet', html: '<p>Hi</p>', track_opens: true });
+    expect((await fetch(`${planeUrl}/o/${quiet.body.id}.${'0'.repeat(32)}.gif`)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await stack.db('mail_events').where({ message_id: quiet.body.id, kind: 'opened' })).toHaveLength(0);
     const sent = await send(main, { from: `hello@${main.domain}`, to: 'opens@inbox.test', subject: 'Pixel', html: '<p>Hi</p>', track_opens: true });
     expect(sent.status).toBe(202);
     const mail = await atSink(`<${sent.body.id}@${main.domain}>`);
@@ -235,8 +268,9 @@ describe('/emails on the real MTA', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('image/gif');
     await messageOf(main, sent.body.id, (m) => m.status === 'opened');
-    const forged = await fetch(`${planeUrl}/o/${sent.body.id}.${'0'.repeat(32)}.gif`);
-    expect(forged.status).toBe(200); // a mail client sees a pixel either way; nothing is recorded
+    // Fetched again: still one open.
+    await fetch(pixel![0]);
+    expect(await stack.db('mail_events').where({ message_id: sent.body.id, kind: 'opened' })).toHaveLength(1);
   });
 
   it('SMTP submission with the issued credential is signed and recorded; after rotate the old one is refused (535)', async () => {
@@ -261,6 +295,16 @@ describe('/emails on the real MTA', () => {
       return data.find((m) => m.subject === 'Over SMTP' && m.status === 'delivered') ?? null;
     }, 15_000);
     expect(listed.recipients).toEqual([{ email: 'smtp@inbox.test', status: 'delivered', response: expect.stringMatching(/^250/) }]);
+    // Two From headers (one of another domain), or two addresses in one: 550, whatever the first says.
+    const raw = (from: string) => `${from}\r\nTo: a@inbox.test\r\nSubject: spoof\r\nMessage-ID: <spoof-${Date.now()}@x>\r\n\r\nbody\r\n`;
+    for (const from of [`From: hello@${main.domain}\r\nFrom: boss@victim.example`, `From: hello@${main.domain}, boss@victim.example`]) {
+      await expect(
+        client({ user: smtp.body.username, pass: smtp.body.password }).sendMail({
+          envelope: { from: `hello@${main.domain}`, to: ['a@inbox.test'] },
+          raw: raw(from),
+        }),
+      ).rejects.toMatchObject({ responseCode: 550 });
+    }
     // An unverified From domain over SMTP: 550.
     await expect(
       client({ user: smtp.body.username, pass: smtp.body.password }).sendMail({

@@ -18,7 +18,12 @@ async function main() {
   const db = createDb(config.DATABASE_URL);
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
   const mta = await HarakaServer.start(mtaOptionsOf(config));
-  const plane = new MailDataPlane({ db, keyring, submission: { host: mta.host, port: mta.port } });
+  const plane = new MailDataPlane({
+    db,
+    keyring,
+    submission: { host: mta.host, port: mta.port },
+    onError: (err) => logger.warn({ err: err.message }, 'mail data plane error'),
+  });
   const url = await plane.listen(config.MAIL_PORT, config.HOST);
   logger.info({ url, smtp: `${mta.host}:${mta.port}` }, 'mail data plane listening');
   let stopping = false;

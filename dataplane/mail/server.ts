@@ -34,10 +34,18 @@ export interface MailDataPlaneOptions {
   submission: { host: string; port: number };
   /** How long a looked-up key is trusted (a revoked key stops within this). */
   keyCacheMs?: number;
+  /** Told of what the client is not (an MTA failure, an unexpected error): for the process's log. */
+  onError?: (err: Error) => void;
 }
 
-/** `a@example.com` or `Name <a@example.com>`; the address's domain lower-cased. */
-const MAILBOX = /^\s*(?:"?([^"<>]*?)"?\s*<([^<>\s@]+@[^<>\s@]+\.[^<>\s@]+)>|([^<>\s@"]+@[^<>\s@]+\.[^<>\s@]+))\s*$/;
+/**
+ * `a@example.com`, `Name <a@example.com>` or `"Name, Inc." <a@example.com>`; the address's domain
+ * lower-cased. An unquoted display name may not hold `,` `;` `:` `<` `>` `@` or `"`: otherwise
+ * `boss@victim.example, Me <me@mine.example>` would pass as `me@mine.example` while the header
+ * showed two senders. What is sent is rebuilt from the parts, never the text as given.
+ */
+const MAILBOX =
+  /^\s*(?:(?:"([^"\\\r\n]*)"|([^",;:<>@\r\n]*?))\s*<([^<>\s@",;:]+@[^<>\s@",;:]+\.[^<>\s@",;:]+)>|([^<>\s@",;:]+@[^<>\s@",;:]+\.[^<>\s@",;:]+))\s*$/;
 interface Mailbox {
   name: string | null;
   address: string;
@@ -46,10 +54,13 @@ interface Mailbox {
 function parseMailbox(text: string): Mailbox | null {
   const m = MAILBOX.exec(text);
   if (!m) return null;
-  const address = (m[2] ?? m[3]).trim();
+  const address = m[3] ?? m[4];
   const at = address.lastIndexOf('@');
-  return { name: m[1]?.trim() || null, address: `${address.slice(0, at)}@${address.slice(at + 1).toLowerCase()}`, domain: address.slice(at + 1).toLowerCase() };
+  const domain = address.slice(at + 1).toLowerCase();
+  return { name: (m[1] ?? m[2])?.trim() || null, address: `${address.slice(0, at)}@${domain}`, domain };
 }
+/** For nodemailer: the parts, so that it writes the header itself. */
+const forHeader = (m: Mailbox) => ({ name: m.name ?? '', address: m.address });
 const mailbox = z
   .string()
   .max(998)
@@ -126,6 +137,7 @@ export class MailDataPlane {
       }
       throw new DataPlaneError(404, 'invalid_request_error', 'route_not_found', 'The mail data plane answers POST /emails.');
     } catch (err) {
+      if (!(err instanceof DataPlaneError)) this.options.onError?.(err as Error);
       sendError(
         res,
         err instanceof DataPlaneError ? err : new DataPlaneError(500, 'api_error', 'internal_error', 'The message could not be taken; try again.'),
@@ -170,40 +182,41 @@ export class MailDataPlane {
       await countSend(db, key.serviceId, 'rejected');
       throw error;
     };
-    const raw = await readBody(req, 5 * 1024 * 1024);
-    let body: Send;
+    let raw: Buffer;
     try {
-      body = SendBody.parse(JSON.parse(raw.toString('utf8') || 'null'));
+      raw = await readBody(req, 5 * 1024 * 1024);
     } catch (err) {
-      const issue = err instanceof z.ZodError ? err.issues[0] : null;
-      return rejected(
-        new DataPlaneError(
-          400,
-          'invalid_request_error',
-          'validation_failed',
-          issue ? `${issue.path.join('.') || 'body'}: ${issue.message}` : 'The body must be a JSON object.',
-          issue ? String(issue.path[0] ?? '') || null : null,
-        ),
-      );
+      return rejected(err as DataPlaneError);
     }
+    let json: unknown;
+    try {
+      json = JSON.parse(raw.toString('utf8'));
+    } catch {
+      return rejected(new DataPlaneError(400, 'invalid_request_error', 'invalid_json', 'The body must be a JSON object.'));
+    }
+    const parsed = SendBody.safeParse(json);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const keys = issue.code === 'unrecognized_keys' ? issue.keys : [];
+      const param = keys.length ? String(keys[0]) : issue.path.join('.') || null;
+      const message = keys.length ? `${keys[0]}: is not a field of a message` : `${param ?? 'body'}: ${issue.message}`;
+      return rejected(new DataPlaneError(400, 'invalid_request_error', 'validation_failed', message, param));
+    }
+    const body: Send = parsed.data;
     void db('mail_keys')
       .where({ id: key.id })
       .update({ last_used_at: db.fn.now() })
       .catch(() => undefined);
-    const idempotencyKey = typeof req.headers['idempotency-key'] === 'string' ? req.headers['idempotency-key'].slice(0, 255) : null;
+    const idempotencyKey = typeof req.headers['idempotency-key'] === 'string' ? req.headers['idempotency-key'] : null;
+    if (idempotencyKey !== null && (idempotencyKey.length === 0 || idempotencyKey.length > 255)) {
+      return rejected(new DataPlaneError(400, 'invalid_request_error', 'validation_failed', 'Idempotency-Key: 1 to 255 characters', 'Idempotency-Key'));
+    }
     const requestHash = createHash('sha256').update(raw).digest('hex');
     if (idempotencyKey) {
       const replay = await this.replay(key.serviceId, idempotencyKey, requestHash);
-      if (replay) return void this.answer(res, 202, replay);
+      if (replay) return void this.answer(res, 202, replay, { 'Idempotent-Replayed': 'true' });
     }
     const from = parseMailbox(body.from)!;
-    const gateway = await findGateway(db, key.serviceId);
-    const service = await db('services').where({ id: key.serviceId }).first('status');
-    if (!gateway || service?.status !== 'active') {
-      return rejected(
-        new DataPlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${service?.status ?? 'gone'}; it sends nothing.`),
-      );
-    }
     const domain = await db('mail_domains').where({ service_id: key.serviceId, domain: from.domain }).first();
     if (!domain || domain.status !== 'verified') {
       return rejected(
@@ -216,6 +229,13 @@ export class MailDataPlane {
         ),
       );
     }
+    const gateway = await findGateway(db, key.serviceId);
+    const service = await db('services').where({ id: key.serviceId }).first('status');
+    if (!gateway || service?.status !== 'active') {
+      return rejected(
+        new DataPlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${service?.status ?? 'gone'}; it sends nothing.`),
+      );
+    }
     if (gateway.sending_suspended_at) {
       return rejected(
         new DataPlaneError(
@@ -226,30 +246,34 @@ export class MailDataPlane {
         ),
       );
     }
-    if ((await monthSends(db, key.serviceId)).accepted >= monthlyLimitOf(gateway.plan)) {
-      return rejected(new DataPlaneError(429, 'rate_limit_error', 'quota_exceeded', `This month's ${monthlyLimitOf(gateway.plan)} sends are used up.`));
-    }
+    const limit = monthlyLimitOf(gateway.plan);
+    const overQuota = () => new DataPlaneError(429, 'rate_limit_error', 'quota_exceeded', `This month's ${limit} sends are used up.`);
+    if ((await monthSends(db, key.serviceId)).accepted >= limit) return rejected(overQuota());
     const id = newMessageId();
-    const to = list(body.to);
-    const cc = list(body.cc);
-    const bcc = list(body.bcc);
-    const recipients = [...to, ...cc, ...bcc].map((r) => parseMailbox(r)!.address);
-    const raced = await db.transaction(async (trx) => {
+    const to = list(body.to).map((r) => parseMailbox(r)!);
+    const cc = list(body.cc).map((r) => parseMailbox(r)!);
+    const bcc = list(body.bcc).map((r) => parseMailbox(r)!);
+    const recipients = [...to, ...cc, ...bcc].map((r) => r.address);
+    const outcome = await db.transaction(async (trx): Promise<'recorded' | 'raced' | 'over quota'> => {
       if (idempotencyKey) {
         const claimed = await trx('mail_idempotency')
           .insert({ service_id: key.serviceId, key: idempotencyKey, request_hash: requestHash, message_id: id })
           .onConflict(['service_id', 'key'])
           .ignore()
           .returning('key');
-        if (claimed.length === 0) return true;
+        if (claimed.length === 0) return 'raced';
       }
+      // The quota again, under the gateway's lock: concurrent sends cannot pass it together.
+      await trx('mail_gateways').where({ service_id: key.serviceId }).forUpdate().first('service_id');
+      if ((await monthSends(trx, key.serviceId)).accepted >= limit) return 'over quota';
       await recordAccepted(trx, { id, serviceId: key.serviceId, domain: from.domain, from: from.address, subject: body.subject, recipients, via: 'api' });
-      return false;
+      return 'recorded';
     });
-    if (raced) {
-      // The same key won by a concurrent request: answer what it recorded.
+    if (outcome === 'over quota') return rejected(overQuota());
+    if (outcome === 'raced') {
+      // The same key, claimed by a concurrent request: its answer once it has one.
       const replay = await this.replay(key.serviceId, idempotencyKey!, requestHash);
-      if (replay) return void this.answer(res, 202, replay);
+      if (replay) return void this.answer(res, 202, replay, { 'Idempotent-Replayed': 'true' });
       throw new DataPlaneError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
     }
     try {
@@ -257,26 +281,31 @@ export class MailDataPlane {
         envelope: { from: `bounce+${id}@${domain.mail_from_host}`, to: recipients },
         messageId: `<${id}@${from.domain}>`,
         date: new Date(),
-        from: body.from,
-        to,
-        cc: cc.length ? cc : undefined,
+        from: forHeader(from),
+        to: to.map(forHeader),
+        cc: cc.length ? cc.map(forHeader) : undefined,
         subject: body.subject,
         text: body.text,
         html: body.track_opens && body.html ? withPixel(body.html, this.pixelUrl(gateway, id)) : body.html,
       });
     } catch (err) {
       await this.undo(key.serviceId, id);
-      throw new DataPlaneError(
-        503,
-        'api_error',
-        'backend_unavailable',
-        `The mail server did not take the message (${(err as Error).message.slice(0, 200)}); nothing was sent. Try again.`,
-      );
+      this.options.onError?.(err as Error);
+      throw new DataPlaneError(503, 'api_error', 'backend_unavailable', 'The mail server did not take the message; nothing was sent. Try again.');
     }
-    this.answer(res, 202, await presentMessage(db, id));
+    const answer = await presentMessage(db, id);
+    if (idempotencyKey) {
+      await db('mail_idempotency')
+        .where({ service_id: key.serviceId, key: idempotencyKey })
+        .update({ completed_at: db.fn.now(), response: JSON.stringify(answer) });
+    }
+    this.answer(res, 202, answer);
   }
 
-  /** The recorded answer to an `Idempotency-Key` (422 when the body differs), or null when the key is new. */
+  /**
+   * The stored answer to an `Idempotency-Key`: null when the key is new, `422` when the body differs,
+   * `409` while its first request is still being handed to the MTA.
+   */
   private async replay(serviceId: number, key: string, requestHash: string): Promise<unknown | null> {
     const row = await this.options.db('mail_idempotency').where({ service_id: serviceId, key }).first();
     if (!row) return null;
@@ -288,7 +317,10 @@ export class MailDataPlane {
         'This Idempotency-Key was used with a different body. Use a new key for a new message.',
       );
     }
-    return presentMessage(this.options.db, row.message_id);
+    if (!row.completed_at) {
+      throw new DataPlaneError(409, 'invalid_request_error', 'idempotency_key_in_use', 'A request with this Idempotency-Key is still running; retry shortly.');
+    }
+    return row.response;
   }
 
   /** A message the MTA did not take: as if it was never sent (record, count and idempotency key). */
@@ -316,14 +348,19 @@ export class MailDataPlane {
   /** The open pixel: answers the GIF whatever happens (a mail client shows nothing either way); a genuine one records `opened`. */
   private async opened(res: http.ServerResponse, id: string, signature: string): Promise<void> {
     const genuine = timingSafeEqual(Buffer.from(signature), Buffer.from(this.pixelSignature(id)));
-    if (genuine)
-      await recordOutcome(this.options.db, { messageId: id, recipient: null, kind: 'opened', response: null, at: new Date() }).catch(() => undefined);
+    // The first open only: a pixel fetched again (or by anyone holding its URL) adds nothing.
+    const seen = genuine && (await this.options.db('mail_events').where({ message_id: id, kind: 'opened' }).first('id'));
+    if (genuine && !seen) {
+      await recordOutcome(this.options.db, { messageId: id, recipient: null, kind: 'opened', response: null, at: new Date() }).catch((err: Error) =>
+        this.options.onError?.(err),
+      );
+    }
     res.writeHead(200, { 'Content-Type': 'image/gif', 'Content-Length': PIXEL.length, 'Cache-Control': 'no-store' });
     res.end(PIXEL);
   }
 
-  private answer(res: http.ServerResponse, status: number, body: unknown): void {
-    res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
+  private answer(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', ...headers });
     res.end(JSON.stringify(body));
   }
 }

@@ -8,8 +8,8 @@ import type { Knex } from 'knex';
  *   bounce host, and the statuses of the two records the provider verifies. Deleting a domain deletes
  *   its row: adding it again makes a new key pair.
  * - `mail_keys`: sending keys (`mg_live_`), SHA-256 only.
- * - `mail_smtp_credentials`: SMTP submission credentials, a scrypt hash only; at most one active per
- *   gateway, deactivated ones kept for good.
+ * - `mail_smtp_credentials`: SMTP submission credentials, a SHA-256 of the (generated, 238-bit)
+ *   password only; at most one active per gateway, deactivated ones kept for good.
  * - `mail_messages`, `mail_recipients`, `mail_events`: what was sent and what happened to it, kept
  *   90 days (a sweeper deletes older messages; recipients and events go with them).
  * - `mail_idempotency`: `Idempotency-Key` of `/emails` sends, per gateway, kept 24 hours.

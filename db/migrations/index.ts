@@ -17,6 +17,7 @@ import * as hostTransfers from './20261125000800_host_transfers';
 import * as objectstorage from './20261125000900_objectstorage';
 import * as images from './20261125001000_images';
 import * as mailgateway from './20261126000100_mailgateway';
+import * as mailIdempotency from './20261126000200_mail_idempotency';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -46,6 +47,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261125000900_objectstorage', objectstorage],
   ['20261125001000_images', images],
   ['20261126000100_mailgateway', mailgateway],
+  ['20261126000200_mail_idempotency', mailIdempotency],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

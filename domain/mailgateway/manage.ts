@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { randomBase62, type Keyring } from '../../common/crypto';
-import { DomainError, notFound } from '../errors';
+import { DomainError, notFound, quotaExceeded } from '../errors';
 import { lookUpRecords, MAIL_FROM_LABEL, newDkimKey, normalizeMailDomain, ResolverUnavailable } from './domains';
 import { DKIM_KEY_PURPOSE, findDomain, lockGateway, secretHash, type DomainRow, type GatewayRow, type KeyRow } from './store';
 
@@ -10,6 +10,14 @@ import { DKIM_KEY_PURPOSE, findDomain, lockGateway, secretHash, type DomainRow, 
  */
 export const newKeySecret = () => `mg_live_${randomBase62(40)}`;
 
+/** Sending domains per gateway (SPEC leaves it "not shown"): past it `429 quota_exceeded`. */
+export const MAX_DOMAINS = 50;
+
+async function countDomains(db: Knex | Knex.Transaction, serviceId: number): Promise<number> {
+  const [row] = await db('mail_domains').where({ service_id: serviceId }).count<{ count: string }[]>({ count: '*' });
+  return Number(row.count);
+}
+
 /**
  * Adds a sending domain (`pending`), with a DKIM pair of its own. Adding one that is there already
  * changes nothing and returns it (the same key pair, so the same records): `created` tells which.
@@ -18,12 +26,15 @@ export async function addDomain(db: Knex, keyring: Keyring, gateway: GatewayRow,
   const name = normalizeMailDomain(input);
   const existing = await findDomain(db, gateway.service_id, name);
   if (existing) return { domain: existing, created: false };
-  // The pair is made outside the lock (about 50 ms of CPU); a concurrent add of the same name keeps the first.
-  const key = newDkimKey();
+  const full = () => quotaExceeded(`A mail gateway has at most ${MAX_DOMAINS} sending domains; delete one first.`);
+  if ((await countDomains(db, gateway.service_id)) >= MAX_DOMAINS) throw full();
+  // The pair is made outside the lock; a concurrent add of the same name keeps the first.
+  const key = await newDkimKey();
   return db.transaction(async (trx) => {
     await lockGateway(trx, gateway.service_id);
     const again = await findDomain(trx, gateway.service_id, name);
     if (again) return { domain: again, created: false };
+    if ((await countDomains(trx, gateway.service_id)) >= MAX_DOMAINS) throw full();
     await trx('mail_domains').insert({
       service_id: gateway.service_id,
       domain: name,

@@ -57,9 +57,13 @@ export class MailGatewayMtaHooks implements MtaHooks {
       await countSend(this.db, serviceId, 'rejected');
       return refuse(code, message);
     };
-    const fromDomain = incoming.headerFrom ? domainOf(incoming.headerFrom) : null;
-    const domain = fromDomain ? (await this.verifiedDomains(serviceId)).find((d) => d.domain === fromDomain) : undefined;
-    if (!domain) return rejected(550, `5.7.1 The From domain ${fromDomain ?? '(none)'} is not a verified domain of this mail gateway`);
+    // The credential may have been rotated since this session authenticated: it stops at once.
+    const live = await this.db('mail_smtp_credentials').where({ username: principal.username, service_id: serviceId }).whereNull('deactivated_at').first('id');
+    if (!live) return refuse(550, '5.7.8 The SMTP credential is no longer active');
+    if (!incoming.headerFrom) return rejected(550, '5.7.1 A message needs exactly one From address (and a Sender, if any, of its domain)');
+    const fromDomain = domainOf(incoming.headerFrom);
+    const domain = (await this.verifiedDomains(serviceId)).find((d) => d.domain === fromDomain);
+    if (!domain) return rejected(550, `5.7.1 The From domain ${fromDomain} is not a verified domain of this mail gateway`);
     const [gateway, service] = await Promise.all([findGateway(this.db, serviceId), this.db('services').where({ id: serviceId }).first('status')]);
     if (!gateway || service?.status !== 'active') return rejected(550, '5.7.1 This mail gateway is not active');
     if (gateway.sending_suspended_at) return rejected(550, `5.7.1 Sending is suspended: ${gateway.sending_suspended_reason ?? 'see the mail gateway'}`);

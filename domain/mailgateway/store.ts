@@ -63,7 +63,6 @@ const gatewayOf = (row: Record<string, unknown>): GatewayRow => ({
 });
 
 const domainOf = (row: Record<string, unknown>): DomainRow => ({ ...(row as unknown as DomainRow), id: Number(row.id), service_id: Number(row.service_id) });
-const keyOf = (row: Record<string, unknown>): KeyRow => ({ ...(row as unknown as KeyRow), id: Number(row.id), service_id: Number(row.service_id) });
 
 /**
  * The account's mail gateway, when the principal may see its service; 404 otherwise (none, hidden,
@@ -113,22 +112,9 @@ export async function lockGateway(trx: Knex.Transaction, serviceId: number): Pro
   return gatewayOf(row);
 }
 
-export async function domainsOf(db: Knex | Knex.Transaction, serviceId: number): Promise<DomainRow[]> {
-  const rows = await db('mail_domains').where({ service_id: serviceId }).orderBy('domain');
-  return rows.map(domainOf);
-}
-
 export async function findDomain(db: Knex | Knex.Transaction, serviceId: number, domain: string): Promise<DomainRow | null> {
   const row = await db('mail_domains').where({ service_id: serviceId, domain }).first();
   return row ? domainOf(row) : null;
-}
-
-export async function keysOf(db: Knex, serviceId: number): Promise<KeyRow[]> {
-  const rows = await db('mail_keys')
-    .where({ service_id: serviceId })
-    .orderBy('id')
-    .select('id', 'service_id', 'name', 'created_at', 'last_used_at', 'revoked_at');
-  return rows.map(keyOf);
 }
 
 export async function countsOf(db: Knex, serviceId: number): Promise<{ domains: number; activeKeys: number }> {

@@ -13,21 +13,12 @@ import {
   smtpAddressOf as addressOf,
   type SmtpCredential,
 } from '../../../domain/mailgateway/smtp';
-import {
-  countsOf,
-  domainsOf,
-  findVisibleGateway,
-  keysOf,
-  monthSends,
-  type DomainRow,
-  type GatewayTarget,
-  type KeyRow,
-} from '../../../domain/mailgateway/store';
+import { countsOf, findVisibleGateway, monthSends, type DomainRow, type GatewayTarget, type KeyRow } from '../../../domain/mailgateway/store';
 import { notFound } from '../../../domain/errors';
 import type { Principal } from '../../../domain/principal';
 import { requireActionable } from '../../../domain/services';
 import type { AppDeps } from '../../deps';
-import { keysetPage, listEnvelope, listFingerprint, pageOfItems, paginationQuery } from '../../pagination';
+import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { idParam, listOf } from '../../schemas';
 
@@ -267,7 +258,7 @@ export const mailGatewayRoutes = [
     path: '/v1/mail-gateway/domains',
     operationId: 'listMailDomains',
     summary: 'List the sending domains',
-    description: 'Each domain with its records, their statuses and `verified_at`.',
+    description: 'Newest first: each domain with its records, their statuses and `verified_at`.',
     tag: TAG,
     scope: 'mailgateway:read',
     marks: [],
@@ -275,11 +266,17 @@ export const mailGatewayRoutes = [
     responses: [{ status: 200, description: 'A page of domains', schema: listOf(DomainSchema, 'MailDomainList') }],
     async handler({ query, principal, deps }) {
       const { gateway } = await gatewayOf(deps, principal);
-      const rows = await domainsOf(deps.db, gateway.service_id);
-      const page = pageOfItems(deps.cursors, listFingerprint('mail.domains', { service: gateway.service_id }), rows, (d) => d.domain, query);
+      const page = await keysetPage<DomainRow>(deps.db('mail_domains').where({ service_id: gateway.service_id }), {
+        cursors: deps.cursors,
+        list: listFingerprint('mail.domains', { service: gateway.service_id }),
+        column: 'id',
+        limit: query.limit,
+        cursor: query.cursor,
+        keyOf: (d) => Number(d.id),
+      });
       return {
         body: listEnvelope(
-          page.data.map((d) => presentDomain(deps, d)),
+          page.rows.map((d) => presentDomain(deps, d)),
           page,
         ),
       };
@@ -318,6 +315,8 @@ export const mailGatewayRoutes = [
     async handler({ params, principal, deps }) {
       const { gateway } = await gatewayOf(deps, principal, 'verifying a domain');
       const domain = await domainNamed(deps.db, gateway, params.domain);
+      // The check is the mail provider's (SPEC): its outage switch answers 503 (POST /_dev/backends/mailgateway/outage).
+      await deps.providers.switchboard.assertUp('mailgateway');
       const checked = await verifyDomain(deps.db, gateway, domain, deps.config.MAIL_MX_HOST, deps.config.DNS_RESOLVER);
       return { body: presentDomain(deps, checked, { verifiedAtShown: false }) };
     },
@@ -346,7 +345,7 @@ export const mailGatewayRoutes = [
     path: '/v1/mail-gateway/keys',
     operationId: 'listMailKeys',
     summary: 'List the sending keys',
-    description: 'Revoked keys included; `secret` is always null.',
+    description: 'Newest first, revoked keys included; `secret` is always null.',
     tag: TAG,
     scope: 'mailgateway:read',
     marks: [],
@@ -354,11 +353,18 @@ export const mailGatewayRoutes = [
     responses: [{ status: 200, description: 'A page of keys', schema: listOf(KeySchema, 'MailKeyList') }],
     async handler({ query, principal, deps }) {
       const { gateway } = await gatewayOf(deps, principal);
-      const rows = await keysOf(deps.db, gateway.service_id);
-      const page = pageOfItems(deps.cursors, listFingerprint('mail.keys', { service: gateway.service_id }), rows, (k) => String(k.id).padStart(20, '0'), query);
+      const qb = deps.db('mail_keys').where({ service_id: gateway.service_id }).select('id', 'service_id', 'name', 'created_at', 'last_used_at', 'revoked_at');
+      const page = await keysetPage<KeyRow>(qb, {
+        cursors: deps.cursors,
+        list: listFingerprint('mail.keys', { service: gateway.service_id }),
+        column: 'id',
+        limit: query.limit,
+        cursor: query.cursor,
+        keyOf: (k) => Number(k.id),
+      });
       return {
         body: listEnvelope(
-          page.data.map((k) => presentKey(k)),
+          page.rows.map((k) => presentKey({ ...k, id: Number(k.id) })),
           page,
         ),
       };

@@ -224,6 +224,14 @@ exports.check_plain_passwd = function (connection, user, password, cb) {
 
 // ---------------------------------------------------------------- MAIL FROM
 
+/** At most this many recipients per message (as `/emails`, 3 x 50): one send must not become a mass mailing. */
+const MAX_RECIPIENTS = 150;
+exports.hook_rcpt = function (next, connection) {
+  const txn = connection.transaction;
+  if (txn && txn.rcpt_to.length >= MAX_RECIPIENTS) return next(DENYSOFT, DSN.create(452, `Too many recipients (at most ${MAX_RECIPIENTS} per message)`, 5, 3));
+  next();
+};
+
 exports.hook_mail = function (next, connection, params) {
   const principal = connection.notes[PRINCIPAL];
   if (!principal) return next(DENY, AUTH_REQUIRED());
@@ -240,18 +248,33 @@ exports.hook_mail = function (next, connection, params) {
 // ---------------------------------------------------------------- end of DATA
 
 /** The From header's first address, its domain lower-cased; null without one. */
-function headerFromOf(value) {
-  const found = addressparser(value || '', { flatten: true }).find((a) => a.address && a.address.includes('@'));
-  if (!found) return null;
-  const at = found.address.lastIndexOf('@');
-  return `${found.address.slice(0, at)}@${found.address.slice(at + 1).toLowerCase()}`;
+/**
+ * The sender the message shows: its one From header's one address (lower-case domain), or null when
+ * it has none, several From headers, several addresses in one, or a Sender of another domain.
+ * Anything else would let a customer show another domain's address above a signature of its own.
+ */
+function headerFromOf(header) {
+  const froms = header.get_all('From');
+  if (froms.length !== 1) return null;
+  const addresses = addressparser(froms[0] || '', { flatten: true }).filter((a) => a.address);
+  if (addresses.length !== 1 || !addresses[0].address.includes('@')) return null;
+  const address = addresses[0].address;
+  const at = address.lastIndexOf('@');
+  const domain = address.slice(at + 1).toLowerCase();
+  const senders = header.get_all('Sender');
+  if (senders.length > 1) return null;
+  if (senders.length === 1) {
+    const sender = addressparser(senders[0] || '', { flatten: true }).filter((a) => a.address);
+    if (sender.length !== 1 || sender[0].address.slice(sender[0].address.lastIndexOf('@') + 1).toLowerCase() !== domain) return null;
+  }
+  return `${address.slice(0, at)}@${domain}`;
 }
 
 function incomingOf(txn) {
   return {
     envelopeFrom: txn.mail_from.address,
     recipients: txn.rcpt_to.map((r) => r.address),
-    headerFrom: headerFromOf(txn.header.get('From')),
+    headerFrom: headerFromOf(txn.header),
     subject: oneLine(txn.header.get_decoded('Subject'), 998),
     messageId: oneLine(txn.header.get('Message-ID'), 998) || null,
   };
