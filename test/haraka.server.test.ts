@@ -178,6 +178,8 @@ beforeAll(async () => {
     hooksModule: path.resolve(__dirname, 'fixtures/mta-hooks.fixture.ts'),
     smarthost: `127.0.0.1:${sinkPort}`,
     tempFailIntervals: '5s*1',
+    // `info`: the test reads Haraka's own account of a dropped bounce from its log.
+    logLevel: 'info',
     hostname: 'mta.example.test',
     env: {
       MTA_FIXTURE_USERS: JSON.stringify({

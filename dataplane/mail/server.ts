@@ -9,8 +9,8 @@ import { newUlidId } from '../../common/ids';
 import { countSend, newMessageId, recordAccepted, recordOutcome } from '../../domain/mailgateway/messages';
 import { monthlyLimitOf } from '../../domain/mailgateway/plans';
 import { platformPassword, PLATFORM_USERNAME } from '../../domain/mailgateway/smtp';
-import { findGateway, monthSends, secretHash, type GatewayRow } from '../../domain/mailgateway/store';
-import { presentMessage } from '../../domain/mailgateway/present';
+import { monthSends, secretHash } from '../../domain/mailgateway/store';
+import { messageView } from '../../domain/mailgateway/present';
 import { DataPlaneError, readBody, sendError } from '../errors';
 
 /**
@@ -167,6 +167,14 @@ export class MailDataPlane {
         .where({ secret_hash: secretHash(secret) })
         .first('id', 'service_id', 'revoked_at');
       hit = row ? { id: Number(row.id), serviceId: Number(row.service_id), revoked: row.revoked_at !== null } : null;
+      // `last_used_at` moves when the key is looked up (at most every keyCacheMs while it is used), not per send.
+      if (hit && !hit.revoked) {
+        void this.options
+          .db('mail_keys')
+          .where({ id: hit.id })
+          .update({ last_used_at: this.options.db.fn.now() })
+          .catch(() => undefined);
+      }
       if (this.keys.size > 10_000) this.keys.clear();
       this.keys.set(secret, { key: hit, at: Date.now() });
     }
@@ -203,10 +211,6 @@ export class MailDataPlane {
       return rejected(new DataPlaneError(400, 'invalid_request_error', 'validation_failed', message, param));
     }
     const body: Send = parsed.data;
-    void db('mail_keys')
-      .where({ id: key.id })
-      .update({ last_used_at: db.fn.now() })
-      .catch(() => undefined);
     const idempotencyKey = typeof req.headers['idempotency-key'] === 'string' ? req.headers['idempotency-key'] : null;
     if (idempotencyKey !== null && (idempotencyKey.length === 0 || idempotencyKey.length > 255)) {
       return rejected(new DataPlaneError(400, 'invalid_request_error', 'validation_failed', 'Idempotency-Key: 1 to 255 characters', 'Idempotency-Key'));
@@ -217,8 +221,21 @@ export class MailDataPlane {
       if (replay) return void this.answer(res, 202, replay, { 'Idempotent-Replayed': 'true' });
     }
     const from = parseMailbox(body.from)!;
-    const domain = await db('mail_domains').where({ service_id: key.serviceId, domain: from.domain }).first();
-    if (!domain || domain.status !== 'verified') {
+    // The From domain, the gateway and its service's status in one read.
+    const found = await db('mail_domains as d')
+      .join('mail_gateways as g', 'g.service_id', 'd.service_id')
+      .join('services as s', 's.id', 'd.service_id')
+      .where({ 'd.service_id': key.serviceId, 'd.domain': from.domain })
+      .first(
+        'd.status as domain_status',
+        'd.mail_from_host',
+        'g.plan',
+        'g.api_endpoint',
+        'g.sending_suspended_at',
+        'g.sending_suspended_reason',
+        's.status as service_status',
+      );
+    if (!found || found.domain_status !== 'verified') {
       return rejected(
         new DataPlaneError(
           403,
@@ -229,31 +246,27 @@ export class MailDataPlane {
         ),
       );
     }
-    const gateway = await findGateway(db, key.serviceId);
-    const service = await db('services').where({ id: key.serviceId }).first('status');
-    if (!gateway || service?.status !== 'active') {
-      return rejected(
-        new DataPlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${service?.status ?? 'gone'}; it sends nothing.`),
-      );
+    if (found.service_status !== 'active') {
+      return rejected(new DataPlaneError(403, 'authorization_error', 'sending_suspended', `The mail gateway is ${found.service_status}; it sends nothing.`));
     }
-    if (gateway.sending_suspended_at) {
+    if (found.sending_suspended_at) {
       return rejected(
         new DataPlaneError(
           403,
           'authorization_error',
           'sending_suspended',
-          `Sending is suspended: ${gateway.sending_suspended_reason ?? 'see the mail gateway'}.`,
+          `Sending is suspended: ${found.sending_suspended_reason ?? 'see the mail gateway'}.`,
         ),
       );
     }
-    const limit = monthlyLimitOf(gateway.plan);
+    const limit = monthlyLimitOf(found.plan);
     const overQuota = () => new DataPlaneError(429, 'rate_limit_error', 'quota_exceeded', `This month's ${limit} sends are used up.`);
-    if ((await monthSends(db, key.serviceId)).accepted >= limit) return rejected(overQuota());
     const id = newMessageId();
     const to = list(body.to).map((r) => parseMailbox(r)!);
     const cc = list(body.cc).map((r) => parseMailbox(r)!);
     const bcc = list(body.bcc).map((r) => parseMailbox(r)!);
     const recipients = [...to, ...cc, ...bcc].map((r) => r.address);
+    const acceptedAt = new Date();
     const outcome = await db.transaction(async (trx): Promise<'recorded' | 'raced' | 'over quota'> => {
       if (idempotencyKey) {
         const claimed = await trx('mail_idempotency')
@@ -266,7 +279,16 @@ export class MailDataPlane {
       // The quota again, under the gateway's lock: concurrent sends cannot pass it together.
       await trx('mail_gateways').where({ service_id: key.serviceId }).forUpdate().first('service_id');
       if ((await monthSends(trx, key.serviceId)).accepted >= limit) return 'over quota';
-      await recordAccepted(trx, { id, serviceId: key.serviceId, domain: from.domain, from: from.address, subject: body.subject, recipients, via: 'api' });
+      await recordAccepted(trx, {
+        id,
+        serviceId: key.serviceId,
+        domain: from.domain,
+        from: from.address,
+        subject: body.subject,
+        recipients,
+        via: 'api',
+        at: acceptedAt,
+      });
       return 'recorded';
     });
     if (outcome === 'over quota') return rejected(overQuota());
@@ -278,7 +300,7 @@ export class MailDataPlane {
     }
     try {
       await this.transport.sendMail({
-        envelope: { from: `bounce+${id}@${domain.mail_from_host}`, to: recipients },
+        envelope: { from: `bounce+${id}@${found.mail_from_host}`, to: recipients },
         messageId: `<${id}@${from.domain}>`,
         date: new Date(),
         from: forHeader(from),
@@ -286,14 +308,18 @@ export class MailDataPlane {
         cc: cc.length ? cc.map(forHeader) : undefined,
         subject: body.subject,
         text: body.text,
-        html: body.track_opens && body.html ? withPixel(body.html, this.pixelUrl(gateway, id)) : body.html,
+        html: body.track_opens && body.html ? withPixel(body.html, this.pixelUrl(found.api_endpoint, id)) : body.html,
       });
     } catch (err) {
       await this.undo(key.serviceId, id);
       this.options.onError?.(err as Error);
       throw new DataPlaneError(503, 'api_error', 'backend_unavailable', 'The mail server did not take the message; nothing was sent. Try again.');
     }
-    const answer = await presentMessage(db, id);
+    // The answer from what was recorded (queued, every recipient queued), without reading it back.
+    const answer = messageView(
+      { id, domain: from.domain, from: from.address, subject: body.subject, status: 'queued', created_at: acceptedAt, updated_at: acceptedAt },
+      [...new Set(recipients.map((r) => r.toLowerCase()))].sort().map((email) => ({ email, status: 'queued', response: null })),
+    );
     if (idempotencyKey) {
       await db('mail_idempotency')
         .where({ service_id: key.serviceId, key: idempotencyKey })
@@ -337,8 +363,8 @@ export class MailDataPlane {
     });
   }
 
-  private pixelUrl(gateway: GatewayRow, id: string): string {
-    return `${gateway.api_endpoint}/o/${id}.${this.pixelSignature(id)}.gif`;
+  private pixelUrl(apiEndpoint: string, id: string): string {
+    return `${apiEndpoint}/o/${id}.${this.pixelSignature(id)}.gif`;
   }
 
   private pixelSignature(id: string): string {

@@ -33,6 +33,8 @@ export interface AcceptedMessage {
   recipients: string[];
   /** `api` (`/emails`) or `smtp` (a submission). */
   via: 'api' | 'smtp';
+  /** When it was accepted (default: the database's now). */
+  at?: Date;
 }
 
 /** Records an accepted message (queued, every recipient queued) and counts it; in the caller's transaction. */
@@ -44,10 +46,11 @@ export async function recordAccepted(trx: Knex.Transaction, message: AcceptedMes
     from: message.from,
     subject: message.subject,
     via: message.via,
+    ...(message.at ? { created_at: message.at, updated_at: message.at } : {}),
   });
   const unique = [...new Set(message.recipients.map((r) => r.toLowerCase()))];
   await trx('mail_recipients').insert(unique.map((email) => ({ message_id: message.id, email })));
-  await trx('mail_events').insert({ message_id: message.id, kind: 'queued' });
+  await trx('mail_events').insert({ message_id: message.id, kind: 'queued', ...(message.at ? { at: message.at } : {}) });
   await countSend(trx, message.serviceId, 'accepted');
 }
 

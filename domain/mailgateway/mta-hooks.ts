@@ -114,7 +114,16 @@ export class MailGatewayMtaHooks implements MtaHooks {
     return this.db('mail_domains').where({ service_id: serviceId, status: 'verified' });
   }
 
+  /** Unsealed keys by their sealed text (a new pair is a new text): not unsealed again for every message. */
+  private readonly keys = new Map<string, string>();
+
   private keyOf(domain: DomainRow): MtaAcceptance['dkim'] {
-    return { domain: domain.domain, selector: domain.dkim_selector, privateKeyPem: this.keyring.decrypt(DKIM_KEY_PURPOSE, domain.dkim_private_sealed) };
+    let pem = this.keys.get(domain.dkim_private_sealed);
+    if (!pem) {
+      pem = this.keyring.decrypt(DKIM_KEY_PURPOSE, domain.dkim_private_sealed);
+      if (this.keys.size >= 1_000) this.keys.clear();
+      this.keys.set(domain.dkim_private_sealed, pem);
+    }
+    return { domain: domain.domain, selector: domain.dkim_selector, privateKeyPem: pem };
   }
 }

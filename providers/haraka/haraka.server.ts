@@ -20,7 +20,7 @@ import {
   liveDaemon,
   readJsonFile,
 } from '../local-server';
-import { FORCE_SHUTDOWN_S, parseSmarthost, renderHarakaConfig } from './config';
+import { FORCE_SHUTDOWN_S, parseSmarthost, renderHarakaConfig, type HarakaLogLevel } from './config';
 
 /**
  * The platform's MTA: one Haraka 3.3.4 per host (`node --import tsx launcher.js -c <dataDir>`),
@@ -83,6 +83,8 @@ export interface HarakaServerOptions {
   smarthost?: string | null;
   /** Haraka's `temp_fail_intervals` (`'5s*1'`); unset: its default (13 retries, from 64 s doubling). */
   tempFailIntervals?: string;
+  /** Haraka's log level (`haraka.log` in the data directory); default `notice`. */
+  logLevel?: HarakaLogLevel;
   /** `config/me`: banner, Received headers, outbound EHLO. Default: this machine's host name. */
   hostname?: string;
   startTimeoutMs?: number;
@@ -158,6 +160,7 @@ function prepareDataDir(dataDir: string, settings: HarakaSettings, options: Hara
     hostname: options.hostname ?? os.hostname(),
     smarthost: options.smarthost ?? null,
     tempFailIntervals: options.tempFailIntervals,
+    logLevel: options.logLevel,
   });
   for (const [name, { content, mode }] of files) {
     const file = path.join(dataDir, 'config', name);
