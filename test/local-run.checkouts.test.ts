@@ -166,13 +166,15 @@ describe.skipIf(missing.length > 0)(`two checkouts' npm start on one machine${mi
       const kept = readFileSync(path.join(run.checkout, '.data/host-name'), 'utf8').trim();
       expect(run.output()).toContain(`Servers      host ${kept}: `);
     }
-    // Both seeds ran their servers: HAProxy, PostgreSQL, MariaDB, PowerDNS are up for each run.
+    // Both seeds ran their servers: HAProxy, PostgreSQL, MariaDB, PowerDNS are up for each run, and
+    // each run's mail data plane its own Haraka.
     for (const { run } of [first, second]) {
       const mine = processesOf(run.checkout).join('\n');
       expect(mine).toMatch(/haproxy/);
       expect(mine).toMatch(/postgres/);
       expect(mine).toMatch(/mariadbd/);
       expect(mine).toMatch(/pdns_server/);
+      expect(mine).toMatch(/haraka\/launcher\.js -c /);
     }
 
     for (const { run, apiUrl } of [second, first]) {
