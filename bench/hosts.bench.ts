@@ -49,6 +49,7 @@ import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { createWorker } from '../workers/worker';
 import { vitestRunning, watchForSuites } from './suite-watch';
+import { summarize, type Summary } from './stats';
 
 const positional = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const CALLS = Number(positional[0] ?? 300);
@@ -73,28 +74,6 @@ const load = () =>
     .join(' ');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
-interface Summary {
-  n: number;
-  p50: number;
-  p95: number;
-  p99: number;
-  mean: number;
-  max: number;
-}
-
-function summarize(samples: number[]): Summary {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
-  return {
-    n: sorted.length,
-    p50: at(0.5),
-    p95: at(0.95),
-    p99: at(0.99),
-    mean: sorted.reduce((s, v) => s + v, 0) / sorted.length,
-    max: sorted[sorted.length - 1],
-  };
-}
-
 const ms = (n: number) => `${n.toFixed(n < 100 ? 2 : 0)}`.padStart(8);
 const line = (label: string, s: Summary) =>
   `  ${label.padEnd(36)} n=${String(s.n).padEnd(4)} p50 ${ms(s.p50)}  p95 ${ms(s.p95)}  p99 ${ms(s.p99)}  mean ${ms(s.mean)}  max ${ms(s.max)} ms`;

@@ -41,7 +41,7 @@
  * The database, the temporary directories and every process started are removed at the end, and on
  * SIGINT/SIGTERM. Needs PostgreSQL (scripts/ensure-tools.sh). Results: docs/benchmarks.md ("Image delivery").
  */
-import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
@@ -60,7 +60,10 @@ import { provisionTargetOf } from '../domain/provisioning';
 import { loadKeyring } from '../infra/master-key';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
+import { freeLoopbackPort } from '../providers/local-server';
+import { ask, exitWithParent, startChild, type Child, type ChildMessage } from './children';
 import { cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds } from './cpu';
+import { median, summarize, type Summary } from './stats';
 import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
 import { vitestRunning, watchForSuites } from './suite-watch';
 
@@ -94,24 +97,10 @@ const load = () =>
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
 const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);
 const pct = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
-interface Summary {
-  n: number;
-  p50: number;
-  p99: number;
-  mean: number;
-}
-
-function summarize(samples: number[]): Summary {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN;
-  return { n: sorted.length, p50: at(0.5), p99: at(0.99), mean: sorted.reduce((s, v) => s + v, 0) / Math.max(1, sorted.length) };
-}
-
 interface LoopResult {
   rate: number;
   summary: Summary;
@@ -266,19 +255,7 @@ async function httpLoad(target: string, headers: Record<string, string>, connect
 
 // --- child processes: this file again, with --child=... -------------------------------------------
 
-interface ChildMessage {
-  type: string;
-  [key: string]: unknown;
-}
-
 /** Child processes exit with the bench (a killed bench leaves nothing behind). */
-function exitWithParent(stop: () => Promise<void> = async () => undefined): void {
-  process.on('disconnect', () => void stop().finally(() => process.exit(0)));
-  process.on('message', (m: ChildMessage) => {
-    if (m.type === 'stop') void stop().finally(() => process.exit(0));
-  });
-}
-
 /** `--child=static`: a bare node:http server answering the same bytes, from memory (`/mem/<w>`) or read from disk per request (`/disk/<w>`). */
 async function staticChild(): Promise<void> {
   const files = JSON.parse(process.env.BENCH_STATIC_FILES ?? '{}') as Record<string, string>;
@@ -360,60 +337,7 @@ async function planeChild(): Promise<void> {
   process.send!({ type: 'ready', port: Number(new URL(url).port), threads: sharp.concurrency() });
 }
 
-interface Child {
-  child: ChildProcess;
-  ready: ChildMessage;
-  stop(): Promise<void>;
-}
-
 /** This file as a child process (`--child=<kind>`), once it says it is ready. */
-function startChild(args: string[], env: Record<string, string>): Promise<Child> {
-  const child = fork(__filename, args, {
-    cwd: root,
-    env: { ...process.env, ...env },
-    // The plane's own child runs with the plane's flags; sharp's children as a plain process would.
-    execArgv: [...(args[0] === '--child=plane' ? [...IMAGES_NODE_FLAGS, ...PLANE_NODE_FLAGS] : []), '--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const stop = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    child.send({ type: 'stop' });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-    await exited;
-    clearTimeout(timer);
-  };
-  return new Promise((resolve, reject) => {
-    const onExit = (code: number | null) => reject(new Error(`child ${args.join(' ')} exited (${code}) before it was ready`));
-    child.once('exit', onExit);
-    child.on('message', (m: ChildMessage) => {
-      if (m.type !== 'ready') return;
-      child.off('exit', onExit);
-      resolve({ child, ready: m, stop });
-    });
-  });
-}
-
-function ask(child: ChildProcess, message: ChildMessage, answer: string): Promise<ChildMessage> {
-  return new Promise((resolve) => {
-    const onMessage = (m: ChildMessage) => {
-      if (m.type !== answer) return;
-      child.off('message', onMessage);
-      resolve(m);
-    };
-    child.on('message', onMessage);
-    child.send(message);
-  });
-}
-
-async function freePort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 // --- the bench --------------------------------------------------------------------------------------
 
 interface HitRun {
@@ -463,7 +387,7 @@ async function main(): Promise<void> {
     // The tenant: an image service built as an order would build it, one origin pattern, one token.
     const masterKey = randomBytes(32).toString('hex');
     const keyring = Keyring.fromString(masterKey);
-    const planePort = await freePort();
+    const planePort = await freeLoopbackPort();
     const endpoint = `http://127.0.0.1:${planePort}`;
     const { accountId } = await createAccount(db);
     const { serviceId } = await createService(db, accountId, { family: 'other', product: 'images-basic' });
@@ -567,7 +491,7 @@ async function main(): Promise<void> {
       if ((await get(signed.url, {})).cache !== 'HIT') throw new Error('the signed URL is not a cache hit');
       signedUrl = signed.url;
     }
-    const statics = await startChild(['--child=static'], { BENCH_STATIC_FILES: JSON.stringify(files) });
+    const statics = await startChild(__filename, ['--child=static'], { env: { BENCH_STATIC_FILES: JSON.stringify(files) } });
     children.push(statics);
     const staticBase = `http://127.0.0.1:${statics.ready.port as number}`;
     const staticPid = statics.child.pid!;
@@ -653,9 +577,10 @@ async function main(): Promise<void> {
 
     // 2. Transformations (every request a miss).
     if (MISS_CONCURRENCY.length > 0) {
-      const planeThreads = await startChild([`--child=plane`, `--threads=${CORES}`], {
-        ...planeEnv,
-        IMAGES_CACHE_DIR: path.join(scratch, 'cache-threads'),
+      // The plane's own child runs with the plane's flags; sharp's children as a plain process would.
+      const planeThreads = await startChild(__filename, [`--child=plane`, `--threads=${CORES}`], {
+        env: { ...planeEnv, IMAGES_CACHE_DIR: path.join(scratch, 'cache-threads') },
+        execArgv: [...IMAGES_NODE_FLAGS, ...PLANE_NODE_FLAGS],
       });
       children.push(planeThreads);
       const planeThreadsBase = `http://127.0.0.1:${planeThreads.ready.port as number}`;
@@ -665,7 +590,7 @@ async function main(): Promise<void> {
         ['sharp-cores', ['--variant=direct', `--threads=${CORES}`]],
         ['transform', ['--variant=transform', '--threads=default']],
       ] as const) {
-        sharps[name] = await startChild(['--child=sharp', ...args], { BENCH_SOURCE: sourceFile });
+        sharps[name] = await startChild(__filename, ['--child=sharp', ...args], { env: { BENCH_SOURCE: sourceFile } });
         children.push(sharps[name]);
       }
       const threadsOf: Record<string, number> = {

@@ -46,7 +46,7 @@
  * The database, the temporary directory and every process started are removed at the end, and on
  * SIGINT/SIGTERM. Needs PostgreSQL. Results: docs/benchmarks.md ("Mail gateway").
  */
-import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
@@ -67,7 +67,10 @@ import { provisionTargetOf } from '../domain/provisioning';
 import { HarakaServer, stopHarakaServer } from '../providers/haraka/haraka.server';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
+import { freeLoopbackPort } from '../providers/local-server';
+import { ask, exitWithParent, startChild, type Child, type ChildMessage } from './children';
 import { machineBusySeconds, procCpuSeconds } from './cpu';
+import { median, summarize, type Summary } from './stats';
 import { vitestRunning, watchForSuites } from './suite-watch';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -102,29 +105,8 @@ const now = () => performance.now();
 /** Wall clock with sub-millisecond resolution, comparable between processes of this machine. */
 const wall = () => performance.timeOrigin + performance.now();
 const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);
 const pct = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
-
-interface Summary {
-  n: number;
-  p50: number;
-  p99: number;
-  mean: number;
-  max: number;
-}
-
-function summarize(samples: number[]): Summary {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN;
-  return {
-    n: sorted.length,
-    p50: at(0.5),
-    p99: at(0.99),
-    mean: sorted.reduce((s, v) => s + v, 0) / Math.max(1, sorted.length),
-    max: sorted[sorted.length - 1] ?? NaN,
-  };
-}
 
 /** A text body of about 1 KiB, the same for every variant. */
 const TEXT = (n: number) =>
@@ -134,19 +116,7 @@ const TEXT = (n: number) =>
 
 // --- the sink: this file with --child=sink ---------------------------------------------------------
 
-interface ChildMessage {
-  type: string;
-  [key: string]: unknown;
-}
-
 /** Child processes exit with the bench (a killed bench leaves nothing behind). */
-function exitWithParent(stop: () => Promise<void> = async () => undefined): void {
-  process.on('disconnect', () => void stop().finally(() => process.exit(0)));
-  process.on('message', (m: ChildMessage) => {
-    if (m.type === 'stop') void stop().finally(() => process.exit(0));
-  });
-}
-
 /**
  * `--child=sink`: answers 250 to every command and notes, per Message-ID (without its angle
  * brackets), when the end of its DATA arrived. `take` hands the arrivals since the last `take` to
@@ -207,58 +177,7 @@ async function sinkChild(): Promise<void> {
   process.send!({ type: 'ready', port: (server.server.address() as AddressInfo).port });
 }
 
-interface Child {
-  child: ChildProcess;
-  ready: ChildMessage;
-  stop(): Promise<void>;
-}
-
 /** This file as a child process (`--child=<kind>`), once it says it is ready. */
-function startChild(args: string[]): Promise<Child> {
-  const child = fork(__filename, [...args, ...(EARLY_TALKER ? ['--early-talker'] : [])], {
-    cwd: root,
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const stop = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    child.send({ type: 'stop' });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-    await exited;
-    clearTimeout(timer);
-  };
-  return new Promise((resolve, reject) => {
-    const onExit = (code: number | null) => reject(new Error(`child ${args.join(' ')} exited (${code}) before it was ready`));
-    child.once('exit', onExit);
-    child.on('message', (m: ChildMessage) => {
-      if (m.type !== 'ready') return;
-      child.off('exit', onExit);
-      resolve({ child, ready: m, stop });
-    });
-  });
-}
-
-function ask(child: ChildProcess, message: ChildMessage, answer: string): Promise<ChildMessage> {
-  return new Promise((resolve) => {
-    const onMessage = (m: ChildMessage) => {
-      if (m.type !== answer) return;
-      child.off('message', onMessage);
-      resolve(m);
-    };
-    child.on('message', onMessage);
-    child.send(message);
-  });
-}
-
-async function freePort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 // --- CPU: processes, and PostgreSQL's backends by whose connection they serve --------------------------
 
 /** The inodes of a process's sockets (/proc/<pid>/fd). */
@@ -506,14 +425,14 @@ async function main(): Promise<void> {
     console.log(`database ${new URL(database.url).pathname.slice(1)}, scratch ${scratch}`);
 
     // The sink.
-    sink = await startChild(['--child=sink']);
+    sink = await startChild(__filename, ['--child=sink', ...(EARLY_TALKER ? ['--early-talker'] : [])]);
     const sinkPort = sink.ready.port as number;
     const sinkPid = sink.child.pid!;
 
     // Three gateways, each with a verified domain of its own.
     const masterKey = randomBytes(32).toString('hex');
     const keyring = Keyring.fromString(masterKey);
-    const planePort = await freePort();
+    const planePort = await freeLoopbackPort();
     const endpoint = `http://127.0.0.1:${planePort}`;
     const gatewayWith = async (domain: string): Promise<Gateway> => {
       const { accountId } = await createAccount(db);

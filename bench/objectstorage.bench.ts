@@ -61,6 +61,7 @@ import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';
 import { httpClient } from '../test/helpers/http';
 import { vitestRunning, watchForSuites } from './suite-watch';
+import { median, summarize, type Summary } from './stats';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').map(Number);
@@ -87,27 +88,6 @@ const now = () => performance.now();
 const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
-interface Summary {
-  n: number;
-  p50: number;
-  p99: number;
-  mean: number;
-  max: number;
-}
-
-function summarize(samples: number[]): Summary {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN;
-  return {
-    n: sorted.length,
-    p50: at(0.5),
-    p99: at(0.99),
-    mean: sorted.reduce((s, v) => s + v, 0) / Math.max(1, sorted.length),
-    max: sorted[sorted.length - 1] ?? NaN,
-  };
-}
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);
 const latency = (s: Summary) => `p50 ${f(s.p50)}  p99 ${f(s.p99)}  mean ${f(s.mean)}  max ${f(s.max)} ms`;
 
