@@ -67,3 +67,23 @@ export function exitWithParent(stop: () => Promise<void> = async () => undefined
     if (m.type === 'stop') void stop().finally(() => process.exit(0));
   });
 }
+
+/**
+ * Runs a benchmark's `main` and exits with its outcome; SIGINT or SIGTERM first runs `cleanUp` (what
+ * the run started so far: processes, databases, directories) and exits 130.
+ */
+export function runMain(main: () => Promise<void>, cleanUp: () => Promise<void>): void {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      console.error(`\n${signal}: cleaning up`);
+      void cleanUp().finally(() => process.exit(130));
+    });
+  }
+  main().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}

@@ -61,7 +61,7 @@ import { loadKeyring } from '../infra/master-key';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { freeLoopbackPort } from '../providers/local-server';
-import { ask, exitWithParent, startChild, type Child, type ChildMessage } from './children';
+import { ask, exitWithParent, runMain, startChild, type Child, type ChildMessage } from './children';
 import { cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds } from './cpu';
 import { median, summarize, type Summary } from './stats';
 import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
@@ -321,14 +321,7 @@ async function planeChild(): Promise<void> {
   const config = loadConfig();
   const db = createDb(config.DATABASE_URL);
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
-  const server = new ImageDeliveryServer({
-    db,
-    keyring,
-    cacheDir: config.IMAGES_CACHE_DIR,
-    policy: { allowInsecure: config.WEBHOOK_ALLOW_INSECURE_TARGETS },
-    maxSourceBytes: config.IMAGES_MAX_SOURCE_BYTES,
-    fetchTimeoutMs: config.IMAGES_FETCH_TIMEOUT,
-  });
+  const server = ImageDeliveryServer.fromConfig(config, db, keyring);
   const url = await server.listen(0, '127.0.0.1');
   exitWithParent(async () => {
     await server.close();
@@ -712,17 +705,5 @@ if (CHILD) {
     process.exit(1);
   });
 } else {
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      console.error(`\n${signal}: cleaning up`);
-      void cleanUp().finally(() => process.exit(130));
-    });
-  }
-  main().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  runMain(main, () => cleanUp());
 }

@@ -68,7 +68,7 @@ import { HarakaServer, stopHarakaServer } from '../providers/haraka/haraka.serve
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { freeLoopbackPort } from '../providers/local-server';
-import { ask, exitWithParent, startChild, type Child, type ChildMessage } from './children';
+import { ask, exitWithParent, runMain, startChild, type Child, type ChildMessage } from './children';
 import { machineBusySeconds, procCpuSeconds } from './cpu';
 import { median, summarize, type Summary } from './stats';
 import { vitestRunning, watchForSuites } from './suite-watch';
@@ -802,17 +802,5 @@ if (CHILD) {
     process.exit(1);
   });
 } else {
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      console.error(`\n${signal}: cleaning up`);
-      void cleanUp().finally(() => process.exit(130));
-    });
-  }
-  main().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  runMain(main, () => cleanUp());
 }

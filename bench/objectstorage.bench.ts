@@ -61,6 +61,7 @@ import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createApiKey, createService, createUser } from '../test/helpers/fixtures';
 import { httpClient } from '../test/helpers/http';
 import { vitestRunning, watchForSuites } from './suite-watch';
+import { runMain } from './children';
 import { median, summarize, type Summary } from './stats';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -564,17 +565,4 @@ async function main(): Promise<void> {
 
 /** What the run started, undone once: on its end, or on SIGINT/SIGTERM. */
 let cleanUp: () => Promise<void> = async () => undefined;
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    console.error(`\n${signal}: cleaning up`);
-    void cleanUp().finally(() => process.exit(130));
-  });
-}
-
-main().then(
-  () => process.exit(0),
-  (err: unknown) => {
-    console.error(err);
-    process.exit(1);
-  },
-);
+runMain(main, () => cleanUp());

@@ -19,14 +19,7 @@ async function main() {
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
   // Sources on loopback (ALLOW_INSECURE_TARGETS) never reach the platform's own ports.
   protectLocalPorts(localServicePorts(config));
-  const server = new ImageDeliveryServer({
-    db,
-    keyring,
-    cacheDir: config.IMAGES_CACHE_DIR,
-    policy: { allowInsecure: config.WEBHOOK_ALLOW_INSECURE_TARGETS },
-    maxSourceBytes: config.IMAGES_MAX_SOURCE_BYTES,
-    fetchTimeoutMs: config.IMAGES_FETCH_TIMEOUT,
-  });
+  const server = ImageDeliveryServer.fromConfig(config, db, keyring);
   const url = await server.listen(config.IMAGES_PORT, config.HOST);
   logger.info({ url }, 'image delivery plane listening');
   let stopping = false;

@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Knex } from 'knex';
+import type { Config } from '../../common/config';
 import type { Keyring } from '../../common/crypto';
 import { newUlidId } from '../../common/ids';
 import { planOf } from '../../domain/images/plans';
@@ -78,6 +79,18 @@ interface PgConnection {
 }
 
 export class ImageDeliveryServer {
+  /** The plane as a configuration sets it up (`npm run images`, and the bench's own plane). */
+  static fromConfig(config: Config, db: Knex, keyring: Keyring): ImageDeliveryServer {
+    return new ImageDeliveryServer({
+      db,
+      keyring,
+      cacheDir: config.IMAGES_CACHE_DIR,
+      policy: { allowInsecure: config.WEBHOOK_ALLOW_INSECURE_TARGETS },
+      maxSourceBytes: config.IMAGES_MAX_SOURCE_BYTES,
+      fetchTimeoutMs: config.IMAGES_FETCH_TIMEOUT,
+    });
+  }
+
   private server: http.Server | null = null;
   private readonly cache: DiskImageCache;
   private readonly tokens = new Map<string, { tenant: (TenantRow & { status: string }) | null; at: number }>();
