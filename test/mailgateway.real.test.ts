@@ -179,6 +179,15 @@ describe('/emails on the real MTA', () => {
     expect(over.status).toBe(429);
     expect(over.body.error.code).toBe('quota_exceeded');
     expect((await api(g).get('/v1/mail-gateway/usage')).body).toMatchObject({ accepted: 10_000, rejected: 1, limit: 10_000 });
+    // Over SMTP too: 452, counted as rejected, nothing recorded.
+    const smtp = (await api(g).post('/v1/mail-gateway/smtp')).body;
+    await expect(
+      nodemailer
+        .createTransport({ host: mta.host, port: mta.port, secure: false, ignoreTLS: true, auth: { user: smtp.username, pass: smtp.password } })
+        .sendMail({ from: `a@${g.domain}`, to: 'x@inbox.test', subject: 'over', text: 't' }),
+    ).rejects.toMatchObject({ responseCode: 452 });
+    expect((await api(g).get('/v1/mail-gateway/usage')).body).toMatchObject({ accepted: 10_000, rejected: 2 });
+    expect(await stack.db('mail_messages').where({ service_id: serviceId })).toHaveLength(0);
     expect((await api(g).del(`/v1/mail-gateway/domains/${g.domain}`)).status).toBe(204);
     const gone = await send(g, { from: `a@${g.domain}`, to: 'x@inbox.test', subject: 's', text: 't' });
     expect(gone.body.error.code).toBe('domain_not_verified');

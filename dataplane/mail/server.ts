@@ -6,10 +6,10 @@ import nodemailer, { type Transporter } from 'nodemailer';
 import { z } from 'zod';
 import type { Keyring } from '../../common/crypto';
 import { newUlidId } from '../../common/ids';
-import { countSend, newMessageId, recordAccepted, recordOutcome } from '../../domain/mailgateway/messages';
+import { countSend, newMessageId, recordOutcome, recordWithinQuota } from '../../domain/mailgateway/messages';
 import { monthlyLimitOf } from '../../domain/mailgateway/plans';
 import { platformPassword, PLATFORM_USERNAME } from '../../domain/mailgateway/smtp';
-import { monthSends, secretHash } from '../../domain/mailgateway/store';
+import { secretHash } from '../../domain/mailgateway/store';
 import { messageView } from '../../domain/mailgateway/present';
 import { DataPlaneError, readBody, sendError } from '../errors';
 
@@ -276,19 +276,12 @@ export class MailDataPlane {
           .returning('key');
         if (claimed.length === 0) return 'raced';
       }
-      // The quota again, under the gateway's lock: concurrent sends cannot pass it together.
-      await trx('mail_gateways').where({ service_id: key.serviceId }).forUpdate().first('service_id');
-      if ((await monthSends(trx, key.serviceId)).accepted >= limit) return 'over quota';
-      await recordAccepted(trx, {
-        id,
-        serviceId: key.serviceId,
-        domain: from.domain,
-        from: from.address,
-        subject: body.subject,
-        recipients,
-        via: 'api',
-        at: acceptedAt,
-      });
+      const recorded = await recordWithinQuota(
+        trx,
+        { id, serviceId: key.serviceId, domain: from.domain, from: from.address, subject: body.subject, recipients, via: 'api', at: acceptedAt },
+        limit,
+      );
+      if (!recorded) return 'over quota';
       return 'recorded';
     });
     if (outcome === 'over quota') return rejected(overQuota());

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { newUlidId } from '../../common/ids';
+import { monthSends } from './store';
 
 /**
  * What was sent and what became of it (SPEC "Mail gateway": messages, their recipients and events;
@@ -52,6 +53,18 @@ export async function recordAccepted(trx: Knex.Transaction, message: AcceptedMes
   await trx('mail_recipients').insert(unique.map((email) => ({ message_id: message.id, email })));
   await trx('mail_events').insert({ message_id: message.id, kind: 'queued', ...(message.at ? { at: message.at } : {}) });
   await countSend(trx, message.serviceId, 'accepted');
+}
+
+/**
+ * Records an accepted message unless the gateway's month has reached `limit`: checked under the
+ * gateway's row lock, in the caller's transaction, so that concurrent sends (over `/emails` or SMTP)
+ * cannot pass the quota together. false: over quota, nothing recorded.
+ */
+export async function recordWithinQuota(trx: Knex.Transaction, message: AcceptedMessage, limit: number): Promise<boolean> {
+  await trx('mail_gateways').where({ service_id: message.serviceId }).forUpdate().first('service_id');
+  if ((await monthSends(trx, message.serviceId)).accepted >= limit) return false;
+  await recordAccepted(trx, message);
+  return true;
 }
 
 /**

@@ -2,11 +2,11 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
 import type { MtaAcceptance, MtaDeliveryEvent, MtaHooks, MtaIncoming, MtaPrincipal, MtaRefusal } from '../../providers/haraka/hooks';
-import { countSend, newMessageId, recordAccepted, recordOutcome } from './messages';
+import { countSend, newMessageId, recordOutcome, recordWithinQuota } from './messages';
 import { enforceThresholds, type Thresholds } from './metrics';
 import { monthlyLimitOf } from './plans';
 import { gatewayOfCredential, platformPassword, PLATFORM_USERNAME } from './smtp';
-import { DKIM_KEY_PURPOSE, findGateway, monthSends, type DomainRow } from './store';
+import { DKIM_KEY_PURPOSE, findGateway, type DomainRow } from './store';
 
 /**
  * The mail gateway's rules, as the MTA asks for them (providers/haraka/hooks.ts): who an SMTP
@@ -67,21 +67,15 @@ export class MailGatewayMtaHooks implements MtaHooks {
     const [gateway, service] = await Promise.all([findGateway(this.db, serviceId), this.db('services').where({ id: serviceId }).first('status')]);
     if (!gateway || service?.status !== 'active') return rejected(550, '5.7.1 This mail gateway is not active');
     if (gateway.sending_suspended_at) return rejected(550, `5.7.1 Sending is suspended: ${gateway.sending_suspended_reason ?? 'see the mail gateway'}`);
-    if ((await monthSends(this.db, serviceId)).accepted >= monthlyLimitOf(gateway.plan)) {
-      return rejected(452, "4.5.3 This month's sending quota is used up");
-    }
     const id = newMessageId();
-    await this.db.transaction((trx) =>
-      recordAccepted(trx, {
-        id,
-        serviceId,
-        domain: domain.domain,
-        from: incoming.headerFrom!,
-        subject: incoming.subject,
-        recipients: incoming.recipients,
-        via: 'smtp',
-      }),
+    const recorded = await this.db.transaction((trx) =>
+      recordWithinQuota(
+        trx,
+        { id, serviceId, domain: domain.domain, from: incoming.headerFrom!, subject: incoming.subject, recipients: incoming.recipients, via: 'smtp' },
+        monthlyLimitOf(gateway.plan),
+      ),
     );
+    if (!recorded) return rejected(452, "4.5.3 This month's sending quota is used up");
     return { messageRef: id, setMessageId: incoming.messageId ? null : `<${id}@${domain.domain}>`, dkim: this.keyOf(domain) };
   }
 
