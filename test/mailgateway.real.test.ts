@@ -332,6 +332,33 @@ describe('/emails on the real MTA', () => {
     });
   });
 
+  it("another account's SMTP credential cannot send from this account's verified domain, nor sign with its key", async () => {
+    const g = await gatewayWith('tenant-b.example.test');
+    const smtp = (await api(g).post('/v1/mail-gateway/smtp')).body;
+    const client = nodemailer.createTransport({
+      host: mta.host,
+      port: mta.port,
+      secure: false,
+      ignoreTLS: true,
+      auth: { user: smtp.username, pass: smtp.password },
+    });
+    // The envelope from its own domain, the From header from the other account's: refused at DATA.
+    await expect(
+      client.sendMail({
+        envelope: { from: `a@${g.domain}`, to: ['victim@inbox.test'] },
+        from: `ceo@${main.domain}`,
+        to: 'victim@inbox.test',
+        subject: 'x',
+        text: 't',
+      }),
+    ).rejects.toMatchObject({ responseCode: 550 });
+    // Both from the other account's domain: refused at MAIL FROM.
+    await expect(client.sendMail({ from: `ceo@${main.domain}`, to: 'victim@inbox.test', subject: 'x', text: 't' })).rejects.toMatchObject({
+      responseCode: 550,
+    });
+    expect(received.some((m) => m.rcptTo.includes('victim@inbox.test'))).toBe(false);
+  });
+
   it('a bounce is recorded with the remote reply and sends no DSN; crossing the bounce rate suspends sending', async () => {
     const g = await gatewayWith('bouncy.example.test');
     const ids: string[] = [];
