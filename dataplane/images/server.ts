@@ -101,6 +101,11 @@ export class ImageDeliveryServer {
    * the tenant is announced; without the feed every request reads them again.
    */
   private readonly tenants = new Map<number, { origins: string[]; secrets: string[] | null; until: number }>();
+  /**
+   * How many changes of each tenant were announced: a read that began before an announcement is not
+   * kept (it may hold what the change replaced, and would otherwise be served for a minute).
+   */
+  private readonly changes = new Map<number, number>();
   private feed: { end(): Promise<void> } | null = null;
   private feedLive = false;
   private closed = false;
@@ -161,6 +166,7 @@ export class ImageDeliveryServer {
       if (message.channel !== TENANT_CHANGED_CHANNEL) return;
       const serviceId = Number(message.payload);
       this.tenants.delete(serviceId);
+      this.changes.set(serviceId, (this.changes.get(serviceId) ?? 0) + 1);
       for (const [token, entry] of this.tokens) if (entry.tenant?.service_id === serviceId) this.tokens.delete(token);
       for (const [handle, entry] of this.handles) if (entry.tenant?.service_id === serviceId) this.handles.delete(handle);
     });
@@ -185,9 +191,10 @@ export class ImageDeliveryServer {
   private async stateOf(serviceId: number, withSecrets: boolean): Promise<{ origins: string[]; secrets: string[] }> {
     const kept = this.feedLive ? this.tenants.get(serviceId) : undefined;
     if (kept && Date.now() < kept.until && (!withSecrets || kept.secrets)) return { origins: kept.origins, secrets: kept.secrets ?? [] };
+    const changesBefore = this.changes.get(serviceId);
     const origins = await originsOf(this.options.db, serviceId);
     const read = withSecrets ? await signingSecretsUntil(this.options.db, this.options.keyring, serviceId) : null;
-    if (this.feedLive) {
+    if (this.feedLive && this.changes.get(serviceId) === changesBefore) {
       const until = Math.min(Date.now() + 60_000, read?.until ? read.until.getTime() : Infinity);
       this.tenants.set(serviceId, { origins, secrets: read?.secrets ?? null, until });
     }
