@@ -245,6 +245,22 @@ export const configSchema = z
     /** Bound on fetching one source image from its origin. */
     IMAGES_FETCH_TIMEOUT: duration('10s'),
     /** Mail gateway: the `/emails` data plane's port (`npm start` runs it); 0 picks a free one. */
+    /** Serverless: the data planes' port (cron, db, functions, kv under one process; `npm start` runs it, `npm run serverless` alone); 0 picks a free one. */
+    SERVERLESS_PORT: z.coerce.number().int().min(0).max(65535).default(3300),
+    /** The data planes' base URL as tenants see it; each primitive's `api_endpoint` is `<base>/<primitive>`. Default `http://127.0.0.1:<SERVERLESS_PORT>`. */
+    SERVERLESS_API_ENDPOINT: z.string().url().optional(),
+    /** Where the serverless data planes keep their servers' data: Redis (kv), the SQLite files (db), the functions' modules. */
+    SERVERLESS_DATA_DIR: z.string().default(() => defaultServerDataDir('serverless')),
+    /** The kv backend: `redis` (a local redis-server, Debian's package) or `simulator` (PostgreSQL). */
+    KV_BACKEND: z.enum(['redis', 'simulator']).default('redis'),
+    /** The smallest `interval_seconds` a cron schedule may have (DECISIONS: 60; tests use 1). */
+    CRON_MIN_INTERVAL: z.coerce.number().int().min(1).default(60),
+    /** A db query is stopped (400 `sql_error`) when it runs longer than this. */
+    SERVERLESS_DB_QUERY_TIMEOUT: duration('5s'),
+    /** The heap limit of each tenant's functions process (MiB): past it the process is stopped and started again. */
+    FUNCTIONS_MEMORY_MB: z.coerce.number().int().min(16).max(4096).default(128),
+    /** An invocation that has not answered within this gets 504 and counts as an error. */
+    FUNCTIONS_TIMEOUT: duration('30s'),
     MAIL_PORT: z.coerce.number().int().min(0).max(65535).default(3200),
     /** The mail data plane's URL as accounts see it (`api_endpoint`); default `http://127.0.0.1:<MAIL_PORT>`. */
     MAIL_API_ENDPOINT: z.string().url().optional(),

@@ -47,7 +47,7 @@ export interface ServiceProvisioner {
    * before billing sees the order, so that the orders code names no family. Throws a DomainError to
    * refuse the order; `hold` runs in the transaction that writes the order, to check again there.
    */
-  prepareOrder?(db: Knex, options: Record<string, unknown>, account: { id: number }): Promise<PreparedOrder>;
+  prepareOrder?(db: Knex, options: Record<string, unknown>, account: { id: number }, product: { slug: string }): Promise<PreparedOrder>;
 }
 
 /** What a family's `prepareOrder` hook gives back: the options to store, and a check made where the order is written. */

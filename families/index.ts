@@ -13,6 +13,7 @@ import { mailGatewayFamily } from './mailgateway';
 import { objectStorageFamily } from './objectstorage';
 import type { FamilyManifest } from './manifest';
 import { ordersFamily } from './orders';
+import { serverlessFamily } from './serverless';
 import { vpsFamily } from './vps';
 import { webhooksFamily } from './webhooks';
 
@@ -34,6 +35,7 @@ export const families: readonly FamilyManifest[] = [
   objectStorageFamily,
   imagesFamily,
   mailGatewayFamily,
+  serverlessFamily,
 ];
 
 /** The families' backends, for the provider registry. */

@@ -22,6 +22,8 @@ import { DEV_SERVER_SEARCH_ATTRIBUTE_ARGS } from '../infra/temporal';
 import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
 import { HarakaServer, stopHarakaServer } from '../providers/haraka/haraka.server';
 import { startMailCatcher } from './mail-catcher';
+import { serverlessDirs } from '../dataplane/serverless/main';
+import { stopRedisServer } from '../providers/redis/redis.server';
 
 /**
  * The local run (`npm start`): PostgreSQL is already up (scripts/ensure-tools.sh); this migrates and
@@ -69,6 +71,7 @@ async function chooseLocalSettings(): Promise<string[]> {
   await move('API', 'PORT', usual.HOST, usual.PORT, String);
   await move('Image delivery', 'IMAGES_PORT', usual.HOST, usual.IMAGES_PORT, String);
   await move('Mail data plane', 'MAIL_PORT', usual.HOST, usual.MAIL_PORT, String);
+  await move('Serverless data planes', 'SERVERLESS_PORT', usual.HOST, usual.SERVERLESS_PORT, String);
   const temporal = splitHostPort(usual.TEMPORAL_ADDRESS);
   await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
   const ui = new URL(usual.TEMPORAL_UI_URL);
@@ -228,6 +231,8 @@ async function stopServers(): Promise<void> {
     ['object storage', async () => (config.OBJECTSTORAGE_BACKEND === 'seaweedfs' ? stopSeaweedServer(config.OBJECTSTORAGE_DATA_DIR) : undefined)],
     // The host's MTA (the mail data plane started it), through its pidfile; its queue stays for the next run.
     ['mail server (Haraka)', async () => stopHarakaServer(config.MAIL_DATA_DIR)],
+    // The host's Redis for serverless kv (the serverless data plane started it), through its pidfile; its data stays.
+    ['kv server (Redis)', async () => (config.KV_BACKEND === 'redis' ? stopRedisServer(serverlessDirs(config).redis) : undefined)],
     // Through its pidfile: also one this run adopted, or started and lost track of (a Ctrl-C while it started).
     ['PowerDNS', async () => (ownsPowerDns() ? stopPowerDnsServer(path.resolve(root, config.POWERDNS_DATA_DIR)) : undefined)],
   ];
@@ -270,7 +275,7 @@ let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage, the mail server and PowerDNS...');
+  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage, the mail server, Redis and PowerDNS...');
   // API and worker first (they drain, and the worker's keepers would start the servers again), Temporal last.
   for (const child of [...children].reverse()) {
     if (child.exitCode === null) child.kill('SIGTERM');
@@ -349,9 +354,11 @@ async function main() {
   const outbox = path.join(dataDir, 'mail-outbox');
   if (!process.env.MAIL_SMARTHOST) env.MAIL_SMARTHOST = (await startMailCatcher(outbox)).address;
   run('mail', tsxBin, ['dataplane/mail/main.ts']);
+  run('serverless', tsxBin, ['dataplane/serverless/main.ts']);
   const apiUrl = `http://${config.HOST}:${config.PORT}`;
   await waitFor('API', async () => (await fetch(`${apiUrl}/readyz`).catch(() => null))?.ok === true);
   await waitFor('mail data plane', async () => (await fetch(`http://${config.HOST}:${config.MAIL_PORT}/healthz`).catch(() => null))?.ok === true);
+  await waitFor('serverless data planes', async () => (await fetch(`http://${config.HOST}:${config.SERVERLESS_PORT}/healthz`).catch(() => null))?.ok === true);
 
   const passwordNote = process.env.DEMO_OWNER_PASSWORD ? '(from DEMO_OWNER_PASSWORD)' : '(generated, kept in .data/demo-credentials.json)';
   console.log(`
@@ -364,6 +371,7 @@ async function main() {
   Images       http://${config.HOST}:${config.IMAGES_PORT}/v1/img   (the image delivery plane: delivery tokens, not API keys)
   Mail         http://${config.HOST}:${config.MAIL_PORT}/emails   (sending keys mg_live_...)   SMTP ${mailSmtpNote()}
                outgoing mail ${process.env.MAIL_SMARTHOST ? `relayed to ${process.env.MAIL_SMARTHOST}` : `kept in ${path.join(dataDir, 'mail-outbox')} (.eml)`}
+  Serverless   http://${config.HOST}:${config.SERVERLESS_PORT}/{cron,db,functions,kv}   (tokens crt_, dbt_, fnt_, kvt_ from /v1/serverless/*/keys/rotate)
   MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}
   Temporal     ${config.TEMPORAL_ADDRESS} (namespace ${config.TEMPORAL_NAMESPACE}, task queue ${config.TEMPORAL_TASK_QUEUE})

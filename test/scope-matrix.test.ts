@@ -29,6 +29,7 @@ const FAMILY_OF_SEGMENT: Record<string, string> = {
   'mail-gateway': 'mailgateway',
   wordpress: 'other',
   images: 'other',
+  serverless: 'other',
   services: 'vps',
 };
 
@@ -171,7 +172,7 @@ const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => P
  * What a family's service needs before its actions can be asked for. The account's object storage
  * (a per-account singleton: its paths name no service) is its newest service with a storage record.
  */
-const SEGMENT_SETUP: Record<string, (svc: { id: string; serviceId: number }) => Promise<void>> = {
+const SEGMENT_SETUP: Record<string, (svc: { id: string; serviceId: number }, route: AnyRoute) => Promise<void>> = {
   // The account's image tenant: a service of catalog family `images` with its tenant record.
   images: async (svc) => {
     await stack.db('services').where({ id: svc.serviceId }).update({ product_family: 'images' });
@@ -185,6 +186,22 @@ const SEGMENT_SETUP: Record<string, (svc: { id: string; serviceId: number }) => 
     await stack
       .db('images_secrets')
       .insert({ service_id: svc.serviceId, secret_sealed: stack.api.deps.keyring.encrypt('images-signing-secret', 'imgs_matrix') });
+  },
+  // The account's tenant of the route's serverless primitive (`/v1/serverless/{primitive}/...`).
+  serverless: async (svc, route) => {
+    const primitive = route.path.split('/')[3];
+    await stack
+      .db('services')
+      .where({ id: svc.serviceId })
+      .update({ product_family: 'serverless', product: `serverless-${primitive}` });
+    await stack.db('serverless_tenants').insert({
+      service_id: svc.serviceId,
+      account_id: stack.owner.accountId,
+      primitive,
+      handle: `matrix${svc.serviceId}`,
+      plan: `serverless-${primitive}`,
+      api_endpoint: `http://127.0.0.1:3300/${primitive}`,
+    });
   },
 };
 const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => Promise<void>> = {
@@ -203,12 +220,12 @@ const FAMILY_SETUP: Record<string, (svc: { id: string; serviceId: number }) => P
     });
   },
 };
-const SINGLETON_SEGMENTS = new Set(['object-storage', 'images', 'mail-gateway']);
+const SINGLETON_SEGMENTS = new Set(['object-storage', 'images', 'mail-gateway', 'serverless']);
 
 async function actionPath(route: AnyRoute, svc: { id: string; serviceId: number }): Promise<string> {
   const names = [...route.path.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);
   const segment = route.path.split('/')[2];
-  await (SEGMENT_SETUP[segment] ?? FAMILY_SETUP[FAMILY_OF_SEGMENT[segment]])?.(svc);
+  await (SEGMENT_SETUP[segment] ?? FAMILY_SETUP[FAMILY_OF_SEGMENT[segment]])?.(svc, route);
   if (!SINGLETON_SEGMENTS.has(segment) && !names.some((name) => SERVICE_KEYS[name]))
     throw new Error(`${route.path} names no service this test knows: add its key to SERVICE_KEYS`);
   const sample = (route.params ? sampleOf(route.params) : {}) as Record<string, unknown>;

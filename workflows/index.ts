@@ -13,4 +13,5 @@ export * from './vps';
 export * from './lb';
 export * from './dbaas';
 export * from './objectstorage';
+export * from './serverless';
 export * from './services/service-teardown.workflow';

@@ -18,6 +18,7 @@ import * as objectstorage from './20261125000900_objectstorage';
 import * as images from './20261125001000_images';
 import * as mailgateway from './20261126000100_mailgateway';
 import * as mailIdempotency from './20261126000200_mail_idempotency';
+import * as serverless from './20261126000300_serverless';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -48,6 +49,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261125001000_images', images],
   ['20261126000100_mailgateway', mailgateway],
   ['20261126000200_mail_idempotency', mailIdempotency],
+  ['20261126000300_serverless', serverless],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -153,6 +153,30 @@ export const CATALOG: SeedProduct[] = [
     product_family: 'images',
     prices: { monthly: 5 },
   },
+  {
+    slug: 'serverless-cron',
+    name: 'Serverless Cron',
+    description: 'Scheduled HTTP calls',
+    family: 'other',
+    product_family: 'serverless',
+    prices: { monthly: 1 },
+  },
+  {
+    slug: 'serverless-db',
+    name: 'Serverless DB',
+    description: 'SQL databases, one per namespace',
+    family: 'other',
+    product_family: 'serverless',
+    prices: { monthly: 3 },
+  },
+  {
+    slug: 'serverless-functions',
+    name: 'Serverless Functions',
+    description: 'JavaScript functions at a stable URL',
+    family: 'other',
+    product_family: 'serverless',
+    prices: { monthly: 3 },
+  },
   { slug: 'serverless-kv', name: 'Serverless KV', description: 'Key-value namespaces', family: 'other', product_family: 'serverless', prices: { monthly: 2 } },
 ];
 

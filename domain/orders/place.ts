@@ -78,7 +78,7 @@ export async function placeOrder(deps: OrderDeps, principal: Principal, request:
   // (Called on the provisioner, not detached from it: the hook reads the provisioner's settings.)
   const provisioner = deps.provisioners.for(product.product_family);
   const prepared = provisioner.prepareOrder
-    ? await provisioner.prepareOrder(deps.db, checked.options, { id: principal.accountId })
+    ? await provisioner.prepareOrder(deps.db, checked.options, { id: principal.accountId }, { slug: product.slug })
     : { options: checked.options };
 
   if (request.promo_code) {

@@ -1,0 +1,361 @@
+import { createHmac, createHash } from 'node:crypto';
+import { createClient, ErrorReply, RESP_TYPES, type RedisArgument } from 'redis';
+import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
+import { checkEntry, checkTenant, type KvStore } from '../kv.provider';
+
+/**
+ * The kv primitive on Redis 7 (docs/research/serverless-backends.md section 1).
+ *
+ * - Layout: an entry is the string key `kv:<tenant>:<ns>:<key bytes>` (a namespace has no `:`, so
+ *   the prefix is unambiguous; keys and values are binary-safe, sent and read as Buffers). The
+ *   tenant's stored bytes live at `kv:<tenant>::bytes`: the empty namespace, which no entry can have.
+ * - Metering: writes go through a Redis Function library (`cloudkv`, loaded with FUNCTION LOAD
+ *   REPLACE by the admin connection) that sets or deletes the entry and moves the counter in the
+ *   same atomic call, so the counter is exact without a sweep (a SCAN walks the whole keyspace).
+ * - Fences: the store prefixes every key with the caller's tenant, and the data path (get, put,
+ *   delete) runs on a connection logged in as the tenant's own ACL user `kv-<tenant>`, which may
+ *   touch only `kv:<tenant>:*` and run only the few commands the data path needs. A bug that built
+ *   another tenant's key would meet NOPERM. Tenants never get SCAN, KEYS, EVAL or MEMORY (SCAN
+ *   ignores key patterns and would list every tenant's keys); listing and dropping run as admin.
+ * - Passwords: a tenant user's password is derived from the admin secret (HMAC), so nothing but
+ *   the admin secret is stored, and Redis holds only its SHA-256 (`#<hash>`).
+ *
+ * The store talks to a Redis at `host:port` (providers/redis/redis.server.ts starts one; any other
+ * works with the same users): it does not start or stop servers.
+ */
+const BACKEND = 'kv';
+const LIBRARY = 'cloudkv';
+/** Where the counter key ends: `kv:<tenant>:` + `:bytes`. */
+const COUNTER_SUFFIX = ':bytes';
+
+/**
+ * The metering functions. KEYS[1] is the entry's key `kv:<t>:<ns>:<key>`, KEYS[2] the tenant's
+ * counter `kv:<t>::bytes`. An entry counts len(ns) + 1 + len(key) + len(value): its Redis key less
+ * the tenant prefix `kv:<t>:` (the counter key less `:bytes`), plus its value. Both keys must share
+ * that prefix, so a call can never move one tenant's counter with another's entry.
+ * Deleting runs when Redis is full (`allow-oom`: it only frees memory); putting does not.
+ */
+const FUNCTIONS = `#!lua name=${LIBRARY}
+local function entry_name_bytes(keys)
+  local prefix = #keys[2] - ${COUNTER_SUFFIX.length}
+  if string.sub(keys[1], 1, prefix) ~= string.sub(keys[2], 1, prefix) then
+    return redis.error_reply('ERR cloudkv: entry and counter of different tenants')
+  end
+  return #keys[1] - prefix
+end
+
+redis.register_function('kv_put', function(keys, args)
+  local name = entry_name_bytes(keys)
+  if type(name) == 'table' then return name end
+  local delta = name + #args[1]
+  if redis.call('EXISTS', keys[1]) == 1 then delta = #args[1] - redis.call('STRLEN', keys[1]) end
+  redis.call('SET', keys[1], args[1])
+  return redis.call('INCRBY', keys[2], delta)
+end)
+
+redis.register_function{function_name = 'kv_del', flags = {'allow-oom'}, callback = function(keys, args)
+  local name = entry_name_bytes(keys)
+  if type(name) == 'table' then return name end
+  if redis.call('EXISTS', keys[1]) == 0 then return tonumber(redis.call('GET', keys[2]) or '0') end
+  local delta = name + redis.call('STRLEN', keys[1])
+  redis.call('DEL', keys[1])
+  return redis.call('INCRBY', keys[2], -delta)
+end}
+`;
+
+/**
+ * A tenant user's rights: its own keys, no channels, and only the commands of the data path and of
+ * the functions it calls (scripts run with the caller's ACL). Never SCAN, KEYS, EVAL or MEMORY.
+ */
+const TENANT_COMMANDS = ['+get', '+fcall', '+set', '+del', '+exists', '+strlen', '+incrby', '+ping', '+hello', '+auth'];
+
+export interface RedisKvOptions {
+  host: string;
+  port: number;
+  /** The admin user (redis.server.ts's `redisAdminConnection`): every key and command. */
+  username: string;
+  password: string;
+  /** Tenant connections kept open at most; the least recently used one is closed past this (default 64). */
+  maxTenantConnections?: number;
+  /** A command without an answer within this fails as BackendUnavailableError (default 5 s). */
+  commandTimeoutMs?: number;
+  connectTimeoutMs?: number;
+}
+
+/** The part of a node-redis client the store uses. */
+interface Connection {
+  sendCommand<T>(args: ReadonlyArray<RedisArgument>): Promise<T>;
+  close(): Promise<void>;
+  destroy(): void;
+  readonly isReady: boolean;
+  readonly isOpen: boolean;
+}
+
+/** Where `run` gets a connection (the admin one, or a tenant's from the LRU) and forgets a broken one. */
+interface Slot {
+  get(): Promise<Connection>;
+  forget(stale: Promise<Connection>): void;
+}
+
+const userOf = (tenant: string) => `kv-${tenant}`;
+const prefixOf = (tenant: string) => Buffer.from(`kv:${tenant}:`);
+const counterOf = (tenant: string) => Buffer.from(`kv:${tenant}:${COUNTER_SUFFIX}`);
+const entryKey = (tenant: string, ns: string, key: Buffer) => Buffer.concat([Buffer.from(`kv:${tenant}:${ns}:`), key]);
+/** A glob pattern matching exactly the keys that begin with `prefix` (SCAN MATCH). */
+const globPrefix = (prefix: Buffer) => Buffer.concat([Buffer.from(prefix.toString('latin1').replace(/[*?[\]\\]/g, '\\$&'), 'latin1'), Buffer.from('*')]);
+
+/**
+ * A tenant's ACL user and password: derived from the admin secret (HMAC-SHA256), so the store keeps
+ * nothing per tenant and any process with the admin secret reaches the same users. For an
+ * operator's own connection, and for tests of the ACL fence.
+ */
+export function redisTenantCredentials(adminPassword: string, tenant: string): { username: string; password: string } {
+  checkTenant(tenant);
+  return { username: userOf(tenant), password: createHmac('sha256', adminPassword).update(`cloud kv tenant ${tenant}`).digest('base64url') };
+}
+
+export class RedisKvStore implements KvStore {
+  readonly kind = 'redis' as const;
+  private admin: Promise<Connection> | null = null;
+  /** Tenant connections, least recently used first (a Map keeps insertion order). */
+  private readonly tenants = new Map<string, Promise<Connection>>();
+  private closed = false;
+
+  constructor(private readonly options: RedisKvOptions) {}
+
+  private tenantPassword(tenant: string): string {
+    return redisTenantCredentials(this.options.password, tenant).password;
+  }
+
+  async ensureTenant(tenant: string): Promise<void> {
+    checkTenant(tenant);
+    const hash = createHash('sha256').update(this.tenantPassword(tenant)).digest('hex');
+    await this.asAdmin(async (admin) => {
+      await admin.sendCommand([
+        'ACL',
+        'SETUSER',
+        userOf(tenant),
+        'on',
+        'resetpass',
+        `#${hash}`,
+        'resetkeys',
+        `~kv:${tenant}:*`,
+        'resetchannels',
+        '-@all',
+        ...TENANT_COMMANDS,
+      ]);
+      await admin.sendCommand(['ACL', 'SAVE']);
+    });
+  }
+
+  async get(tenant: string, ns: string, key: Buffer): Promise<Buffer | null> {
+    checkEntry(tenant, ns, key);
+    return this.asTenant(tenant, (c) => c.sendCommand<Buffer | null>(['GET', entryKey(tenant, ns, key)]));
+  }
+
+  async put(tenant: string, ns: string, key: Buffer, value: Buffer): Promise<number> {
+    checkEntry(tenant, ns, key);
+    if (!Buffer.isBuffer(value)) throw new TypeError('a kv value is a Buffer');
+    return this.meter(tenant, ['FCALL', 'kv_put', '2', entryKey(tenant, ns, key), counterOf(tenant), value]);
+  }
+
+  async delete(tenant: string, ns: string, key: Buffer): Promise<number> {
+    checkEntry(tenant, ns, key);
+    return this.meter(tenant, ['FCALL', 'kv_del', '2', entryKey(tenant, ns, key), counterOf(tenant)]);
+  }
+
+  async storedBytes(tenant: string): Promise<number> {
+    checkTenant(tenant);
+    // As admin: a billing pass reads many tenants, and must not open a connection for each.
+    const counter = await this.asAdmin((admin) => admin.sendCommand<Buffer | null>(['GET', counterOf(tenant)]));
+    return counter ? Number(counter.toString('latin1')) : 0;
+  }
+
+  /**
+   * The user goes first: Redis disconnects its clients with it, so no write of the data path can
+   * land behind the sweep. Then every key of the prefix (the counter too), in SCAN batches. A
+   * repeated call finishes what an interrupted one left.
+   */
+  async dropTenant(tenant: string): Promise<void> {
+    checkTenant(tenant);
+    await this.forgetTenant(tenant);
+    await this.asAdmin(async (admin) => {
+      await admin.sendCommand(['ACL', 'DELUSER', userOf(tenant)]);
+      await admin.sendCommand(['ACL', 'SAVE']);
+      const match = globPrefix(prefixOf(tenant));
+      let cursor = '0';
+      do {
+        const [next, keys] = await admin.sendCommand<[Buffer, Buffer[]]>(['SCAN', cursor, 'MATCH', match, 'COUNT', '1000']);
+        if (keys.length > 0) await admin.sendCommand(['UNLINK', ...keys]);
+        cursor = next.toString('latin1');
+      } while (cursor !== '0');
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = [...this.tenants.values(), ...(this.admin ? [this.admin] : [])];
+    this.tenants.clear();
+    this.admin = null;
+    await Promise.all(all.map((c) => c.then(closeQuietly, () => undefined)));
+  }
+
+  /** A metered write; the library is loaded again when Redis lost it (a server whose data was wiped). */
+  private async meter(tenant: string, command: RedisArgument[]): Promise<number> {
+    const call = () => this.asTenant(tenant, (c) => c.sendCommand<number>(command));
+    try {
+      return Number(await call());
+    } catch (err) {
+      if (!(err instanceof ErrorReply) || !/function not found/i.test(err.message)) throw err;
+      await this.asAdmin((admin) => admin.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', FUNCTIONS]));
+      return Number(await call());
+    }
+  }
+
+  private asAdmin<T>(fn: (c: Connection) => Promise<T>): Promise<T> {
+    return this.run(
+      {
+        get: () => {
+          if (!this.admin) {
+            this.admin = this.connect(this.options.username, this.options.password).then(async (c) => {
+              // Loaded by every new admin connection: a Redis restarted from a wiped directory, or
+              // running an older library, gets this one before any write needs it.
+              await c.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', FUNCTIONS]);
+              return c;
+            });
+          }
+          return this.admin;
+        },
+        forget: (stale) => {
+          if (this.admin === stale) this.admin = null;
+        },
+      },
+      fn,
+    );
+  }
+
+  private asTenant<T>(tenant: string, fn: (c: Connection) => Promise<T>): Promise<T> {
+    return this.run(
+      {
+        get: () => {
+          let connection = this.tenants.get(tenant);
+          if (connection) {
+            this.tenants.delete(tenant); // most recently used: to the end
+          } else {
+            this.evictPast(this.options.maxTenantConnections ?? 64);
+            connection = this.connect(userOf(tenant), this.tenantPassword(tenant));
+          }
+          this.tenants.set(tenant, connection);
+          return connection;
+        },
+        forget: (stale) => {
+          if (this.tenants.get(tenant) === stale) this.tenants.delete(tenant);
+        },
+      },
+      fn,
+    );
+  }
+
+  private evictPast(max: number): void {
+    while (this.tenants.size >= Math.max(1, max)) {
+      const [oldest, connection] = this.tenants.entries().next().value as [string, Promise<Connection>];
+      this.tenants.delete(oldest);
+      // In-flight commands finish first: close() waits for their replies.
+      void connection.then(closeQuietly, () => undefined);
+    }
+  }
+
+  private async forgetTenant(tenant: string): Promise<void> {
+    const connection = this.tenants.get(tenant);
+    this.tenants.delete(tenant);
+    await connection?.then(closeQuietly, () => undefined);
+  }
+
+  /**
+   * Runs `fn` on the slot's connection. A cached connection found dead (Redis restarted since) is
+   * replaced once before anything is sent. Errors come out as the providers' errors: Redis's own
+   * refusals stay refusals, anything else (refused connection, timeout, dropped socket) is an
+   * outage, and the broken connection is forgotten so the next call makes a fresh one.
+   */
+  private async run<T>(slot: Slot, fn: (c: Connection) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      if (this.closed) throw new BackendUnavailableError(BACKEND, 'the kv store is closed');
+      const pending = slot.get();
+      let c: Connection;
+      try {
+        c = await pending;
+      } catch (err) {
+        slot.forget(pending);
+        throw this.translate(err);
+      }
+      if (!c.isReady) {
+        slot.forget(pending);
+        void closeQuietly(c);
+        if (attempt < 2) continue;
+        throw new BackendUnavailableError(BACKEND, 'the connection closed');
+      }
+      try {
+        return await fn(c);
+      } catch (err) {
+        if (!(err instanceof ErrorReply) || !c.isReady) {
+          slot.forget(pending);
+          void closeQuietly(c);
+        }
+        throw this.translate(err);
+      }
+    }
+  }
+
+  private translate(err: unknown): Error {
+    if (err instanceof ErrorReply) {
+      const code = err.message.split(' ')[0];
+      if (code === 'OOM') return new BackendRefusedError(BACKEND, 'The key-value store is full; delete entries or try again later.', 'kv_full');
+      // The tenant's user is gone: never made (ensureTenant), or dropped with the tenant.
+      if (code === 'WRONGPASS') return new BackendGoneError(BACKEND, 'key-value store', 'This key-value store is not on the kv backend any more.');
+      // Loading its append-only file, or a script running long: answers in a moment.
+      if (code === 'LOADING' || code === 'BUSY' || code === 'MASTERDOWN') return new BackendUnavailableError(BACKEND, code);
+      return err;
+    }
+    return new BackendUnavailableError(BACKEND, err instanceof Error ? err.message : String(err));
+  }
+
+  /**
+   * A fresh connection: answers come back as Buffers (binary values), commands fail at once while
+   * it is down (no offline queue, no reconnecting: the next call makes a new connection), and no
+   * CLIENT SETINFO (a tenant user may not run it; it would only fill the ACL log).
+   */
+  private async connect(username: string, password: string): Promise<Connection> {
+    const client = createClient({
+      socket: {
+        host: this.options.host,
+        port: this.options.port,
+        connectTimeout: this.options.connectTimeoutMs ?? 2_000,
+        reconnectStrategy: false,
+      },
+      username,
+      password,
+      disableOfflineQueue: true,
+      disableClientInfo: true,
+      commandOptions: { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer }, timeout: this.options.commandTimeoutMs ?? 5_000 },
+    });
+    // Errors reach the command that meets them; without a listener an 'error' event would crash the process.
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+    } catch (err) {
+      if (client.isOpen) client.destroy();
+      throw err;
+    }
+    return client as unknown as Connection;
+  }
+}
+
+/** Closes a connection, waiting for its in-flight replies; one already closed (or failing to close) is fine. */
+async function closeQuietly(c: Connection): Promise<void> {
+  if (!c.isOpen) return;
+  try {
+    await c.close();
+  } catch {
+    if (c.isOpen) c.destroy();
+  }
+}
