@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServerlessActivities } from '../activities/serverless/activities';
 import { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { planSettingsOf } from '../domain/serverless/plans';
 import { startStack, type Stack } from './helpers/stack';
@@ -186,6 +187,25 @@ describe('serverless cron', () => {
     const runs = await stack.db('serverless_cron_runs').where({ schedule_id: made.body.id }).orderBy('scheduled_at');
     expect(runs.map((r) => r.outcome)).toContain('skipped');
     await call(`${free.endpoint}/v1/schedules/${made.body.id}`, { method: 'DELETE', token: free.token });
+  });
+
+  it('a firing POSTs at most once, whatever the retries: a retried run answers its outcome, one cut short is not repeated', async () => {
+    const made = await call(schedules(), { method: 'POST', token: tenant.token, body: { destination: `${receiverUrl}/once`, cron: '0 0 1 1 *', body: 'x' } });
+    expect(made.status, made.text).toBe(201);
+    const { fireCronSchedule } = createServerlessActivities({ db: stack.db, keyring: stack.api.deps.keyring, config: stack.config });
+    const input = { scheduleId: made.body.id, runKey: `serverless-cron-run:${made.body.id}-manual`, scheduledAt: new Date().toISOString() };
+    expect(await fireCronSchedule(input)).toBe('delivered');
+    expect(await fireCronSchedule(input)).toBe('delivered');
+    expect(arrivals('/once')).toHaveLength(1);
+    // A worker lost between the claim and the outcome: the retry does not POST again.
+    await stack.db('serverless_cron_runs').insert({ run_key: 'cut-short', schedule_id: made.body.id, service_id: tenant.serviceId, scheduled_at: new Date(), outcome: 'sending' });
+    expect(await fireCronSchedule({ ...input, runKey: 'cut-short' })).toBe('failed');
+    expect(arrivals('/once')).toHaveLength(1);
+    expect(await stack.db('serverless_cron_runs').where({ run_key: 'cut-short' }).first()).toMatchObject({ outcome: 'failed', error: expect.stringContaining('interrupted') });
+    // Deleted: a firing that starts afterwards sends nothing and counts nothing.
+    await call(`${schedules()}/${made.body.id}`, { method: 'DELETE', token: tenant.token });
+    expect(await fireCronSchedule({ ...input, runKey: 'after-delete' })).toBe('gone');
+    expect(arrivals('/once')).toHaveLength(1);
   });
 
   it('another tenant cannot see or delete the schedules', async () => {
