@@ -177,6 +177,12 @@ export const isoDateTime = () =>
     .transform((value) => new Date(value).toISOString());
 
 /** A path parameter carrying a resource id (with or without its prefix). */
+/**
+ * The body of a rotation with a grace period (DECISIONS "Data planes and outbound fetches":
+ * `grace_seconds` integer 0..604800, default 0); `description` says what keeps working during it.
+ */
+export const graceBody = (description: string) => z.object({ grace_seconds: z.number().int().min(0).max(604_800).default(0).meta({ description }) });
+
 export const idParam = (example: string) => z.string().min(1).max(200).meta({ example });
 
 export { iso } from '../common/time';

@@ -167,9 +167,11 @@ describe.skipIf(missing.length > 0)(`two checkouts' npm start on one machine${mi
       expect(run.output()).toContain(`Servers      host ${kept}: `);
     }
     // Both seeds ran their servers: HAProxy, PostgreSQL, MariaDB, PowerDNS are up for each run, and
-    // each run's mail data plane its own Haraka.
+    // each run's mail data plane its own Haraka, its serverless data planes their own Redis.
     for (const { run } of [first, second]) {
       const mine = processesOf(run.checkout).join('\n');
+      expect(mine).toMatch(/redis-server /);
+      expect(mine).toMatch(/dataplane\/serverless\/main\.ts/);
       expect(mine).toMatch(/haproxy/);
       expect(mine).toMatch(/postgres/);
       expect(mine).toMatch(/mariadbd/);

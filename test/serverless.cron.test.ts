@@ -198,10 +198,15 @@ describe('serverless cron', () => {
     expect(await fireCronSchedule(input)).toBe('delivered');
     expect(arrivals('/once')).toHaveLength(1);
     // A worker lost between the claim and the outcome: the retry does not POST again.
-    await stack.db('serverless_cron_runs').insert({ run_key: 'cut-short', schedule_id: made.body.id, service_id: tenant.serviceId, scheduled_at: new Date(), outcome: 'sending' });
+    await stack
+      .db('serverless_cron_runs')
+      .insert({ run_key: 'cut-short', schedule_id: made.body.id, service_id: tenant.serviceId, scheduled_at: new Date(), outcome: 'sending' });
     expect(await fireCronSchedule({ ...input, runKey: 'cut-short' })).toBe('failed');
     expect(arrivals('/once')).toHaveLength(1);
-    expect(await stack.db('serverless_cron_runs').where({ run_key: 'cut-short' }).first()).toMatchObject({ outcome: 'failed', error: expect.stringContaining('interrupted') });
+    expect(await stack.db('serverless_cron_runs').where({ run_key: 'cut-short' }).first()).toMatchObject({
+      outcome: 'failed',
+      error: expect.stringContaining('interrupted'),
+    });
     // Deleted: a firing that starts afterwards sends nothing and counts nothing.
     await call(`${schedules()}/${made.body.id}`, { method: 'DELETE', token: tenant.token });
     expect(await fireCronSchedule({ ...input, runKey: 'after-delete' })).toBe('gone');

@@ -9,7 +9,7 @@ import { requireActionable } from '../../../domain/services';
 import type { AppDeps } from '../../deps';
 import { listFingerprint, pageOfItems, paginationQuery, listEnvelope } from '../../pagination';
 import { defineRoute } from '../../route';
-import { listOf } from '../../schemas';
+import { graceBody, listOf } from '../../schemas';
 
 /**
  * Image services (SPEC "Image services", DECISIONS "Images"): the account's one image tenant, its
@@ -70,15 +70,7 @@ const UsageSchema = z
   })
   .meta({ id: 'ImagesUsage' });
 
-const GraceBody = z.object({
-  grace_seconds: z
-    .number()
-    .int()
-    .min(0)
-    .max(604_800)
-    .default(0)
-    .meta({ description: 'How long the old one keeps working, 0 to 604800 (default 0: it stops at once)' }),
-});
+const GraceBody = graceBody('How long the old one keeps working, 0 to 604800 (default 0: it stops at once)');
 const OriginBody = z.object({
   pattern: z
     .string()

@@ -8,6 +8,7 @@ import { requireActionable } from '../../../domain/services';
 import { iso } from '../../../common/time';
 import type { AppDeps } from '../../deps';
 import { defineRoute } from '../../route';
+import { graceBody } from '../../schemas';
 
 /**
  * Serverless primitives (SPEC "Serverless", DECISIONS "Serverless"): the account's tenant of each
@@ -75,15 +76,7 @@ const usageSchema = (p: Primitive) =>
     })
     .meta({ id: `Serverless${p[0].toUpperCase()}${p.slice(1)}Usage` });
 
-const GraceBody = z.object({
-  grace_seconds: z
-    .number()
-    .int()
-    .min(0)
-    .max(604_800)
-    .default(0)
-    .meta({ description: 'How long the earlier tokens keep working, 0 to 604800 (default 0: they stop at once)' }),
-});
+const GraceBody = graceBody('How long the earlier tokens keep working, 0 to 604800 (default 0: they stop at once)');
 
 async function tenantOf(deps: AppDeps, principal: Principal, primitive: Primitive, action?: string): Promise<TenantTarget> {
   const target = await findVisibleTenant(deps.db, principal, primitive);
