@@ -5,6 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import {
+  adoptOrStart,
+  awaitDaemonReady,
   freeLoopbackPort,
   joinHostPort,
   makeDirectory,
@@ -13,9 +15,7 @@ import {
   readPidFile,
   spawnDetached,
   stopProcess,
-  tailLines,
   waitFor,
-  withFileLock,
   LocalServerError,
   liveDaemon,
   readJsonFile,
@@ -219,15 +219,15 @@ export class HarakaServer {
    */
   static async start(options: HarakaServerOptions): Promise<HarakaServer> {
     const dataDir = path.resolve(options.dataDir);
-    const running = await HarakaServer.find(dataDir);
-    if (running) return running;
-    checkOptions(options);
-    if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
-    return withFileLock(path.join(dataDir, 'start.lock'), async () => {
-      const won = await HarakaServer.find(dataDir);
-      if (won) return won;
-      await stopHarakaServer(dataDir);
-      return HarakaServer.launch(dataDir, options);
+    return adoptOrStart({
+      dataDir,
+      find: () => HarakaServer.find(dataDir),
+      prepare: async () => {
+        checkOptions(options);
+        if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
+      },
+      stop: () => stopHarakaServer(dataDir),
+      launch: () => HarakaServer.launch(dataDir, options),
     });
   }
 
@@ -249,23 +249,19 @@ export class HarakaServer {
     });
     writeFileSync(path.join(dataDir, PIDFILE), `${pid}\n`, { mode: 0o600 });
     const server = new HarakaServer(dataDir, pid, settings, false);
-    const timeoutMs = options.startTimeoutMs ?? 30_000;
-    let exited = false;
-    const ready = await waitFor(
-      async () => {
-        exited = !(await processAlive(pid, serverOf(dataDir)));
-        return exited || ((await readPidFile(path.join(dataDir, READY))) === pid && (await server.answers()));
-      },
-      timeoutMs,
-      50,
-    );
-    if (ready && !exited) return server;
-    const tail = await tailLines(logFile, (lines) => lines.length >= 20).then(
-      (t) => t.lines.slice(-20),
-      () => [] as string[],
-    );
-    await server.stop();
-    throw new Error(`Haraka did not start (${exited ? 'it exited' : `not ready within ${timeoutMs} ms`}); the end of ${logFile}:\n${tail.join('\n')}`);
+    await awaitDaemonReady({
+      what: 'Haraka',
+      pid,
+      isOurs: serverOf(dataDir),
+      // This run's plugin has its hooks (`ready` holds this pid) and the port greets.
+      answers: async () => (await readPidFile(path.join(dataDir, READY))) === pid && (await server.answers()),
+      timeoutMs: options.startTimeoutMs,
+      intervalMs: 50,
+      logFile,
+      logLines: 20,
+      stop: () => server.stop(),
+    });
+    return server;
   }
 
   /** True when the submission port greets with 220 (then QUIT). */

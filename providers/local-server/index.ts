@@ -9,6 +9,8 @@
  * - daemonise, pidfile, re-adopt: `spawnDetached`, `readPidFile`, `processAlive`, `stopProcess`,
  *   `waitFor` (HAProxy, the PostgreSQL and MariaDB instances, PowerDNS: providers/powerdns/powerdns.server.ts);
  * - one change at a time across processes: `withFileLock`;
+ * - a one-per-data-directory daemon's start: `adoptOrStart` (find, else start once under
+ *   `start.lock`), `awaitDaemonReady` (until it answers or exits; the error ends with its log);
  * - logs: `tailLines`;
  * - files in a directory the server's account writes: `openTenantFile`, `readTenantFile` (no links,
  *   FIFOs or hard links, capped reads), used by root for logs, pidfiles and backup metadata;
@@ -17,6 +19,7 @@
  * A keeper (domain/lb/keeper.ts, domain/dbaas/keeper.ts) calls its provider's idempotent start on
  * every pass: a server found through its pidfile is adopted, one that is gone is started again.
  */
+export * from './daemon';
 export * from './data-dir';
 export * from './errors';
 export * from './install';

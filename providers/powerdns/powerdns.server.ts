@@ -16,6 +16,7 @@ import {
 } from 'node:fs';
 import path from 'node:path';
 import {
+  adoptOrStart,
   ensureReachable,
   freePort,
   joinHostPort,
@@ -29,7 +30,6 @@ import {
   splitHostPort,
   stopProcess,
   waitFor,
-  withFileLock,
 } from '../local-server';
 import { accountNameFor, ensureAccount, isolatedAccounts, lookupAccount, type OsAccount } from '../os-accounts';
 
@@ -336,23 +336,22 @@ export class PowerDnsServer {
     const binary = requireBinary(options.binary ?? PDNS_BINARY, INSTALL);
     const fitting = (server: PowerDnsServer | null) =>
       server && fits(options.dnsAddress, { host: server.dnsHost, port: server.dnsPort }) && fits(options.apiAddress, hostPortOf(server.apiUrl)) ? server : null;
-    // Before anything touches the directory: a running server keeps its modes as they are.
-    const running = fitting(await PowerDnsServer.find(dataDir));
-    if (running) return running;
-
-    const account = await powerDnsAccount(dataDir);
-    if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
-    // The server opens its database after dropping to the account: a data directory out of its
-    // reach would only show as "unable to open database file". (prepareDataDir opens the data
-    // directory itself to the account; the way to it must be open already.)
-    if (account) ensureReachable(path.dirname(dataDir), account, { server: 'PowerDNS', setting: 'POWERDNS_DATA_DIR' });
-    // Two processes starting the same directory at once: one starts it, the other adopts it.
-    return withFileLock(path.join(dataDir, 'start.lock'), async () => {
-      const won = fitting(await PowerDnsServer.find(dataDir));
-      if (won) return won;
-      // Whatever still runs from this directory (on other ports, or not answering) gives way.
-      await stopPowerDnsServer(dataDir);
-      return PowerDnsServer.launch(dataDir, binary, account, options);
+    // A running server that fits is adopted before anything touches the directory (its modes stay as
+    // they are); one on other ports, or not answering, gives way.
+    return adoptOrStart({
+      dataDir,
+      find: async () => fitting(await PowerDnsServer.find(dataDir)),
+      prepare: async () => {
+        const account = await powerDnsAccount(dataDir);
+        if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
+        // The server opens its database after dropping to the account: a data directory out of its
+        // reach would only show as "unable to open database file". (prepareDataDir opens the data
+        // directory itself to the account; the way to it must be open already.)
+        if (account) ensureReachable(path.dirname(dataDir), account, { server: 'PowerDNS', setting: 'POWERDNS_DATA_DIR' });
+        return account;
+      },
+      stop: () => stopPowerDnsServer(dataDir),
+      launch: (account) => PowerDnsServer.launch(dataDir, binary, account, options),
     });
   }
 

@@ -3,20 +3,18 @@ import { chmodSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync 
 import net from 'node:net';
 import path from 'node:path';
 import {
+  adoptOrStart,
+  awaitDaemonReady,
   findBinary,
   freeLoopbackPort,
   joinHostPort,
   liveDaemon,
   makeDirectory,
   probeBind,
-  processAlive,
   readJsonFile,
   readPidFile,
   spawnDetached,
   stopProcess,
-  tailLines,
-  waitFor,
-  withFileLock,
   LocalServerError,
 } from '../local-server';
 
@@ -244,20 +242,21 @@ export class RedisServer {
    */
   static async start(options: RedisServerOptions): Promise<RedisServer> {
     const dataDir = path.resolve(options.dataDir);
-    const running = await RedisServer.find(dataDir);
-    if (running) return running;
-    const binary = redisBinary(options.binary);
-    const maxmemory = options.maxmemoryBytes ?? DEFAULT_MAXMEMORY;
-    if (!Number.isSafeInteger(maxmemory) || maxmemory < 1024 * 1024) {
-      throw new LocalServerError(`maxmemory ${maxmemory} is not a number of bytes of at least 1 MiB`, 'give maxmemoryBytes as a whole number of bytes');
-    }
-    if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
-    chmodSync(dataDir, 0o700);
-    return withFileLock(path.join(dataDir, 'start.lock'), async () => {
-      const won = await RedisServer.find(dataDir);
-      if (won) return won;
-      await stopRedisServer(dataDir);
-      return RedisServer.launch(dataDir, binary, maxmemory, options);
+    return adoptOrStart({
+      dataDir,
+      find: () => RedisServer.find(dataDir),
+      prepare: async () => {
+        const binary = redisBinary(options.binary);
+        const maxmemory = options.maxmemoryBytes ?? DEFAULT_MAXMEMORY;
+        if (!Number.isSafeInteger(maxmemory) || maxmemory < 1024 * 1024) {
+          throw new LocalServerError(`maxmemory ${maxmemory} is not a number of bytes of at least 1 MiB`, 'give maxmemoryBytes as a whole number of bytes');
+        }
+        if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o700);
+        chmodSync(dataDir, 0o700);
+        return { binary, maxmemory };
+      },
+      stop: () => stopRedisServer(dataDir),
+      launch: ({ binary, maxmemory }) => RedisServer.launch(dataDir, binary, maxmemory, options),
     });
   }
 
@@ -279,23 +278,17 @@ export class RedisServer {
     });
     writeFileSync(path.join(dataDir, PIDFILE), `${pid}\n`, { mode: 0o600 });
     const server = new RedisServer(dataDir, pid, settings, false);
-    const timeoutMs = options.startTimeoutMs ?? 30_000;
-    let exited = false;
-    const ready = await waitFor(
-      async () => {
-        exited = !(await processAlive(pid, serverOf(dataDir)));
-        return exited || (await server.answers());
-      },
-      timeoutMs,
-      25,
-    );
-    if (ready && !exited) return server;
-    const tail = await tailLines(logFile, (lines) => lines.length >= 15).then(
-      (t) => t.lines.slice(-15),
-      () => [] as string[],
-    );
-    await server.stop();
-    throw new Error(`Redis did not start (${exited ? 'it exited' : `not ready within ${timeoutMs} ms`}); the end of ${logFile}:\n${tail.join('\n')}`);
+    await awaitDaemonReady({
+      what: 'Redis',
+      pid,
+      isOurs: serverOf(dataDir),
+      answers: () => server.answers(),
+      timeoutMs: options.startTimeoutMs,
+      intervalMs: 25,
+      logFile,
+      stop: () => server.stop(),
+    });
+    return server;
   }
 
   /**

@@ -2,19 +2,17 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
+  adoptOrStart,
+  awaitDaemonReady,
   ensureReachable,
   findBinary,
   freeLoopbackPort,
   makeDirectory,
   ownedDirectory,
   probeBind,
-  processAlive,
   readPidFile,
   spawnDetached,
   stopProcess,
-  tailLines,
-  waitFor,
-  withFileLock,
   LocalServerError,
   liveDaemon,
   readJsonFile,
@@ -282,17 +280,18 @@ export class SeaweedServer {
   /** The data directory's server, ready: the running one, else started (once, under a lock shared by every process of the host). */
   static async start(options: SeaweedServerOptions): Promise<SeaweedServer> {
     const dataDir = path.resolve(options.dataDir);
-    const running = await SeaweedServer.find(dataDir);
-    if (running) return running;
-    const binary = weedBinary(options.binary);
-    const account = await serverAccount(dataDir);
-    if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o710);
-    if (account) ensureReachable(path.dirname(dataDir), account, { server: 'SeaweedFS', setting: 'OBJECTSTORAGE_DATA_DIR' });
-    return withFileLock(path.join(dataDir, 'start.lock'), async () => {
-      const won = await SeaweedServer.find(dataDir);
-      if (won) return won;
-      await stopSeaweedServer(dataDir);
-      return SeaweedServer.launch(dataDir, binary, account, options);
+    return adoptOrStart({
+      dataDir,
+      find: () => SeaweedServer.find(dataDir),
+      prepare: async () => {
+        const binary = weedBinary(options.binary);
+        const account = await serverAccount(dataDir);
+        if (!existsSync(dataDir)) await makeDirectory(dataDir, 0o710);
+        if (account) ensureReachable(path.dirname(dataDir), account, { server: 'SeaweedFS', setting: 'OBJECTSTORAGE_DATA_DIR' });
+        return { binary, account };
+      },
+      stop: () => stopSeaweedServer(dataDir),
+      launch: ({ binary, account }) => SeaweedServer.launch(dataDir, binary, account, options),
     });
   }
 
@@ -329,23 +328,18 @@ export class SeaweedServer {
     });
     writeFileSync(path.join(dataDir, PIDFILE), `${pid}\n`, { mode: 0o644 });
     const server = new SeaweedServer(dataDir, pid, settings, false);
-    const timeoutMs = options.startTimeoutMs ?? 30_000;
-    let exited = false;
-    const ready = await waitFor(
-      async () => {
-        exited = !(await processAlive(pid, serverOf(dataDir)));
-        return exited || (await server.answers());
-      },
-      timeoutMs,
-      100,
-    );
-    if (ready && !exited) return server;
-    const tail = await tailLines(logFile, (lines) => lines.length >= 15).then(
-      (t) => t.lines.slice(-15),
-      () => [] as string[],
-    );
-    await server.stop();
-    throw new Error(`SeaweedFS did not start (${exited ? 'it exited' : `no answer within ${timeoutMs} ms`}):\n${tail.join('\n')}`);
+    await awaitDaemonReady({
+      what: 'SeaweedFS',
+      pid,
+      isOurs: serverOf(dataDir),
+      answers: () => server.answers(),
+      timeoutMs: options.startTimeoutMs,
+      logFile,
+      timeoutWording: 'no answer',
+      namesLogFile: false,
+      stop: () => server.stop(),
+    });
+    return server;
   }
 
   /**
