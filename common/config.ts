@@ -245,6 +245,19 @@ export const configSchema = z
     /** Bound on fetching one source image from its origin. */
     IMAGES_FETCH_TIMEOUT: duration('10s'),
     /** Mail gateway: the `/emails` data plane's port (`npm start` runs it); 0 picks a free one. */
+    /** CaaS backend: `podman` (rootful podman + HAProxy routers on this host) or `simulator` (PostgreSQL; runs nothing). */
+    CAAS_BACKEND: z.enum(['podman', 'simulator']).default('podman'),
+    /** Where podman's storage, the base image, the builds and each service's router live. */
+    CAAS_DATA_DIR: z.string().default(() => defaultServerDataDir('caas')),
+    /** The address the services' routers listen on (each service's `ip`; its `ingress_url` port is chosen free). */
+    CAAS_BIND_ADDRESS: z.string().default('127.0.0.1'),
+    /** Each app's `default_host` is `<app name>-<service number>.<CAAS_APPS_DOMAIN>` (routed without DNS: send it as the Host header). */
+    CAAS_APPS_DOMAIN: z
+      .string()
+      .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, 'must be a DNS name')
+      .default('apps.localhost'),
+    /** A deployment that has not started listening on `$PORT` by then fails `start_failed` (DECISIONS: 60s). */
+    CAAS_START_TIMEOUT: duration('60s'),
     /** Serverless: the data planes' port (cron, db, functions, kv under one process; `npm start` runs it, `npm run serverless` alone); 0 picks a free one. */
     SERVERLESS_PORT: z.coerce.number().int().min(0).max(65535).default(3300),
     /** The data planes' base URL as tenants see it; each primitive's `api_endpoint` is `<base>/<primitive>`. Default `http://127.0.0.1:<SERVERLESS_PORT>`. */

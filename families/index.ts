@@ -4,6 +4,7 @@ import { HostPlacements } from '../domain/hosts/directory';
 import { buildProviders, type Providers } from '../providers';
 import type { HostCaller } from '../providers/host-routing';
 import type { AnyBackend } from '../providers/backend';
+import { caasFamily } from './caas';
 import { dbaasFamily } from './dbaas';
 import { dnsFamily } from './dns';
 import { hostsFamily } from './hosts';
@@ -31,6 +32,7 @@ export const families: readonly FamilyManifest[] = [
   vpsFamily,
   lbFamily,
   dbaasFamily,
+  caasFamily,
   dnsFamily,
   objectStorageFamily,
   imagesFamily,

@@ -72,7 +72,7 @@ export interface DbDatabase {
 
 export interface NewDbDatabase {
   name: string;
-  /** PostgreSQL: the owning user (the admin when omitted). Ignored on MySQL. */
+  /** PostgreSQL: the owning user (the admin when omitted). MySQL: a user (`name@%`) given every right on it. */
   owner?: string;
   /** MySQL: the default character set and collation (the server's when omitted). Ignored on PostgreSQL. */
   charset?: string;

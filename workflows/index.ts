@@ -14,4 +14,5 @@ export * from './lb';
 export * from './dbaas';
 export * from './objectstorage';
 export * from './serverless';
+export * from './caas';
 export * from './services/service-teardown.workflow';

@@ -19,6 +19,7 @@ import * as images from './20261125001000_images';
 import * as mailgateway from './20261126000100_mailgateway';
 import * as mailIdempotency from './20261126000200_mail_idempotency';
 import * as serverless from './20261126000300_serverless';
+import * as caas from './20261126000400_caas';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -50,6 +51,7 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261126000100_mailgateway', mailgateway],
   ['20261126000200_mail_idempotency', mailIdempotency],
   ['20261126000300_serverless', serverless],
+  ['20261126000400_caas', caas],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { formatId } from '../../common/ids';
 import { voidOrderOfAbandonedOperation } from '../orders/orders';
 import { releaseReinstall } from '../vps/store';
+import { releaseDeployment } from '../caas/deployments';
 import type { OperationResource } from './contract';
 
 /*
@@ -60,8 +61,12 @@ export const OPERATION_TYPES = {
   },
   'dbaas.backup': { workflow: 'dbaasBackupWorkflow', resource: 'dbaas' },
   'dbaas.restart': { workflow: null, resource: 'dbaas' },
+  'caas.deploy': {
+    workflow: 'caasDeployWorkflow',
+    resource: 'caas_app',
+    claims: { what: 'the pending deployment (one per app at a time)', release: releaseDeployment },
+  },
   // Families not built yet (DECISIONS lists their types): no workflow until they are.
-  'caas.deploy': { workflow: null, resource: 'caas' },
   'objectstorage.empty': { workflow: 'objectStorageEmptyWorkflow', resource: 'bucket' },
   'wordpress.backup': { workflow: null, resource: 'wordpress' },
   'wordpress.restore': { workflow: null, resource: 'wordpress' },

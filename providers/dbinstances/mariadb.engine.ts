@@ -304,12 +304,16 @@ export class MariaDbEngine implements EngineDriver {
    * the name literally. A pattern can only reach other databases of the same instance, all the customer's.
    */
   private async grantAdmin(c: mysql.Connection, admin: string, database: string): Promise<void> {
+    await c.query(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(await this.grantPattern(c, database), true)}.* TO ?@'%' WITH GRANT OPTION`, [admin]);
+  }
+
+  /** The database's name as the admin holds it in its grant (see grantAdmin). */
+  private async grantPattern(c: mysql.Connection, database: string): Promise<string> {
     const [[hit]] = await c.query<mysql.RowDataPacket[]>(
       `select ${SYSTEM_DATABASES.map(() => '? like ?').join(' or ')} as system`,
       SYSTEM_DATABASES.flatMap((d) => [d, database]),
     );
-    const pattern = Number(hit.system) ? literalPattern(database) : database;
-    await c.query(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(pattern, true)}.* TO ?@'%' WITH GRANT OPTION`, [admin]);
+    return Number(hit.system) ? literalPattern(database) : database;
   }
 
   /**
@@ -406,6 +410,8 @@ export class MariaDbEngine implements EngineDriver {
       await c.query(`CREATE DATABASE ${mysql.escapeId(spec.name, true)}${options}`);
       // The admin's rights on it: it has none on the server as a whole.
       await this.grantAdmin(c, inst.rec.adminUsername, spec.name);
+      // Its owner, when one is named (a user made for it): every right on it, none elsewhere.
+      if (spec.owner) await c.query(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(await this.grantPattern(c, spec.name), true)}.* TO ?@'%'`, [spec.owner]);
       return (await this.databaseRows(c, spec.name))[0];
     });
   }

@@ -12,6 +12,8 @@ export class StepFailed extends Error {
   constructor(
     readonly step: string,
     message: string,
+    /** The operation's `error.code` when the family's contract names one (`build_failed`); default `upstream_error`. */
+    readonly code: string = 'upstream_error',
   ) {
     super(message);
     this.name = 'StepFailed';
@@ -29,7 +31,7 @@ const CUSTOMER_MESSAGES = new Set(['BackendRefusedError', 'BackendGoneError']);
  * error, a bug, a stack) is reduced to a plain sentence here and its text goes to the worker's log.
  */
 export function upstreamError(err: unknown, step: string, backend: string): OperationError {
-  if (err instanceof StepFailed) return { code: 'upstream_error', message: err.message, step: err.step };
+  if (err instanceof StepFailed) return { code: err.code, message: err.message, step: err.step };
   const cause = err instanceof ActivityFailure ? err.cause : err;
   if (cause instanceof ApplicationFailure && CUSTOMER_MESSAGES.has(cause.type ?? '')) {
     const detail = (cause.details?.[0] ?? {}) as { code?: string };
