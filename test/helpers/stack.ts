@@ -107,6 +107,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     LB_BACKEND: 'simulator',
     DBAAS_BACKEND: 'simulator',
     OBJECTSTORAGE_BACKEND: 'simulator',
+    CAAS_BACKEND: 'simulator',
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });
