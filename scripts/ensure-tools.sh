@@ -30,6 +30,7 @@ bash scripts/install/haproxy.sh  # load balancers (providers/haproxy/)
 bash scripts/install/dbaas.sh  # DBaaS instances: PostgreSQL and MariaDB server binaries, openssl
 bash scripts/install/powerdns.sh # PowerDNS for the DNS family's local server
 bash scripts/install/seaweedfs.sh # SeaweedFS for object storage
+bash scripts/install/caas.sh # podman, runc, iptables and mmdebstrap for container apps
 bash scripts/install/serverless.sh # Redis (kv) and bubblewrap (functions) for the serverless data planes
 
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Container apps (providers/podman/): rootful podman 4 with runc and netavark, iptables for the
+# isolation chains (CAAS-FWD / CAAS-IN), and mmdebstrap for the Debian base image, from Debian's
+# packages when absent. The engine keeps its whole podman configuration and storage in its own data
+# directory (CONTAINERS_CONF / CONTAINERS_STORAGE_CONF), so nothing under /etc/containers is
+# changed here, and no service is needed: podman has no daemon (the engine's keeper starts its
+# containers again after a reboot). policy-rc.d keeps the install from starting the package's units.
+set -euo pipefail
+
+log() { printf '\033[2m[setup]\033[0m %s\n' "$*"; }
+
+missing=()
+command -v podman >/dev/null 2>&1 || [ -x /usr/bin/podman ] || missing+=(podman)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || [ -x /usr/bin/runc ] || missing+=(runc)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+command -v mmdebstrap >/dev/null 2>&1 || [ -x /usr/bin/mmdebstrap ] || missing+=(mmdebstrap)
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing ${missing[*]} from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0
+  [ -e "$policy" ] && had_policy=1
+  if [ "$had_policy" = 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
+  trap '[ "$had_policy" = 0 ] && rm -f "$policy"' EXIT
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
