@@ -17,6 +17,12 @@ export default tseslint.config(
     },
   },
   {
+    // The demo container app (db/seeds/caas-sample): plain CommonJS that runs inside a container.
+    files: ['db/seeds/caas-sample/**/*.js'],
+    languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', process: 'readonly', console: 'readonly' } },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
+  {
     // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, no I/O libraries.
     files: ['workflows/**/*.ts', 'test/fixtures/skeleton-family/workflows/**/*.ts'],
     rules: {

@@ -256,6 +256,13 @@ export const configSchema = z
       .string()
       .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/, 'must be a DNS name')
       .default('apps.localhost'),
+    /** The private range the services' container networks are taken from (a /24 each); two checkouts on one machine need two (`npm start` picks one per checkout). */
+    CAAS_SUBNET_POOL: z
+      .string()
+      .regex(/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/, 'must be an IPv4 CIDR such as 10.213.0.0/16')
+      .default('10.213.0.0/16'),
+    /** How often the worker's keeper checks that every service's router and serving containers run. */
+    CAAS_KEEPER_INTERVAL: duration('30s'),
     /** A deployment that has not started listening on `$PORT` by then fails `start_failed` (DECISIONS: 60s). */
     CAAS_START_TIMEOUT: duration('60s'),
     /** Serverless: the data planes' port (cron, db, functions, kv under one process; `npm start` runs it, `npm run serverless` alone); 0 picks a free one. */

@@ -32,12 +32,14 @@ export const families: readonly FamilyManifest[] = [
   vpsFamily,
   lbFamily,
   dbaasFamily,
-  caasFamily,
   dnsFamily,
   objectStorageFamily,
   imagesFamily,
   mailGatewayFamily,
   serverlessFamily,
+  // Last: its seed builds the demo app's image, which takes a while, and the seeds before it place
+  // services on the host its registration keeps fresh only for so long.
+  caasFamily,
 ];
 
 /** The families' backends, for the provider registry. */

@@ -21,6 +21,7 @@ export const caasBackend = defineBackend<'caas', CaasPodmanProvider>({
       new CaasPodmanProvider({
         dataDir: config.CAAS_DATA_DIR,
         bindAddress: config.CAAS_BIND_ADDRESS,
+        subnetPool: config.CAAS_SUBNET_POOL,
         // Containers never reach the platform's own servers' ranges.
         blockedRanges: [config.LB_BIND_ADDRESS, ...(config.DBAAS_ADDRESS_RANGE ? [config.DBAAS_ADDRESS_RANGE] : [])],
       }),

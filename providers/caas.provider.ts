@@ -56,6 +56,8 @@ export interface CaasProvider {
    * request when it replaces another deployment.
    */
   route(serviceId: number, appId: string, hosts: string[], deploymentId: string | null): Promise<void>;
+  /** Whether the deployment has a running container (the keeper starts one again when not). */
+  isServing(serviceId: number, appId: string, deploymentId: string): Promise<boolean>;
   /** Stops and removes the deployment's container; its image stays (the history keeps it). Absent is fine. */
   stop(serviceId: number, appId: string, deploymentId: string): Promise<void>;
   /** The last `lines` of the deployment's container output, oldest first ([] when it has none). */

@@ -24,6 +24,9 @@ import { HarakaServer, stopHarakaServer } from '../providers/haraka/haraka.serve
 import { startMailCatcher } from './mail-catcher';
 import { serverlessDirs } from '../dataplane/serverless/main';
 import { stopRedisServer } from '../providers/redis/redis.server';
+import { CaasPodmanProvider } from '../providers/caas/caas.podman';
+import { create as createTar } from 'tar';
+import { CAAS_SAMPLE_DIR, CAAS_SAMPLE_PATH } from '../db/seeds/caas.seed';
 
 /**
  * The local run (`npm start`): PostgreSQL is already up (scripts/ensure-tools.sh); this migrates and
@@ -56,6 +59,7 @@ async function chooseLocalSettings(): Promise<string[]> {
   const ranges = checkoutRanges(root);
   if (unset('LB_BIND_ADDRESS')) env.LB_BIND_ADDRESS = ranges.lb;
   if (unset('DBAAS_ADDRESS_RANGE')) env.DBAAS_ADDRESS_RANGE = ranges.dbaas;
+  if (unset('CAAS_SUBNET_POOL')) env.CAAS_SUBNET_POOL = ranges.caas;
   // The host this checkout's servers are placed on keeps its name when the machine's changes (a
   // container's host name often does): the first run's, kept in .data/host-name.
   if (unset('HOST_NAME')) env.HOST_NAME = localHostName();
@@ -194,8 +198,14 @@ async function startPowerDns(): Promise<string> {
  */
 async function startDemoBackends(): Promise<Array<{ ip: string; port: number; weight: number }>> {
   const backends = [];
+  // The first also serves the demo container app's source (db/seeds/caas-sample), its source URL.
+  const sample = await sampleArchive();
   for (const n of [1, 2]) {
     const server = createHttpServer((req, res) => {
+      if (n === 1 && req.url === CAAS_SAMPLE_PATH) {
+        res.writeHead(200, { 'content-type': 'application/gzip', 'content-length': sample.length });
+        return void res.end(sample);
+      }
       res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
       res.end(req.url === '/healthz' ? 'ok\n' : `Hello from demo backend ${n} (${req.headers.host ?? ''}${req.url ?? ''})\n`);
     });
@@ -205,6 +215,26 @@ async function startDemoBackends(): Promise<Array<{ ip: string; port: number; we
     backends.push({ ip: '127.0.0.1', port, weight: 1 });
   }
   return backends;
+}
+
+/** Where the seeded container app answers: the service's ingress and the Host to send. */
+async function caasDemoNote(db: ReturnType<typeof createDb>): Promise<string> {
+  const row = await db('caas_apps as a')
+    .join('caas_services as c', 'c.service_id', 'a.service_id')
+    .join('services as s', 's.id', 'a.service_id')
+    .where({ 's.account_id': 1, 'a.name': 'hello' })
+    .first('c.ingress_url', 'a.default_host', 'a.status');
+  return row
+    ? `${row.ingress_url}   (container apps by Host: curl -H 'Host: ${row.default_host}' ${row.ingress_url}; ${row.status})`
+    : 'no container service seeded';
+}
+
+/** db/seeds/caas-sample as a .tar.gz (one top directory, as a source archive usually has). */
+async function sampleArchive(): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  const stream = createTar({ gzip: true, cwd: path.dirname(CAAS_SAMPLE_DIR), portable: true }, [path.basename(CAAS_SAMPLE_DIR)]);
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
 }
 
 /**
@@ -229,6 +259,14 @@ async function stopServers(): Promise<void> {
     ],
     // The host's SeaweedFS, through its pidfile (the seed or the worker's keeper started it).
     ['object storage', async () => (config.OBJECTSTORAGE_BACKEND === 'seaweedfs' ? stopSeaweedServer(config.OBJECTSTORAGE_DATA_DIR) : undefined)],
+    // The container services' routers and containers (their images and records stay: the worker's keeper starts them again).
+    [
+      'container apps',
+      async () =>
+        config.CAAS_BACKEND === 'podman'
+          ? new CaasPodmanProvider({ dataDir: config.CAAS_DATA_DIR, bindAddress: config.CAAS_BIND_ADDRESS, blockedRanges: [] }).stopAll()
+          : undefined,
+    ],
     // The host's MTA (the mail data plane started it), through its pidfile; its queue stays for the next run.
     ['mail server (Haraka)', async () => stopHarakaServer(config.MAIL_DATA_DIR)],
     // The host's Redis for serverless kv (the serverless data plane started it), through its pidfile; its data stays.
@@ -304,6 +342,7 @@ async function main() {
     keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY),
     config,
   });
+  const caasNote = await caasDemoNote(db);
   await db.destroy();
   // The host's SeaweedFS (started by the seed) has ports besides S3 that take unauthenticated admin
   // calls (its master, gRPC): outbound fetches made for customers may not reach any of them.
@@ -371,6 +410,7 @@ async function main() {
   Images       http://${config.HOST}:${config.IMAGES_PORT}/v1/img   (the image delivery plane: delivery tokens, not API keys)
   Mail         http://${config.HOST}:${config.MAIL_PORT}/emails   (sending keys mg_live_...)   SMTP ${mailSmtpNote()}
                outgoing mail ${process.env.MAIL_SMARTHOST ? `relayed to ${process.env.MAIL_SMARTHOST}` : `kept in ${path.join(dataDir, 'mail-outbox')} (.eml)`}
+  Apps         ${caasNote}
   Serverless   http://${config.HOST}:${config.SERVERLESS_PORT}/{cron,db,functions,kv}   (tokens crt_, dbt_, fnt_, kvt_ from /v1/serverless/*/keys/rotate)
   MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}

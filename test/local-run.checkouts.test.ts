@@ -171,6 +171,8 @@ describe.skipIf(missing.length > 0)(`two checkouts' npm start on one machine${mi
     for (const { run } of [first, second]) {
       const mine = processesOf(run.checkout).join('\n');
       expect(mine).toMatch(/redis-server /);
+      // The seeded container service's app runs (built from db/seeds/caas-sample), served by its router.
+      expect(run.output()).toMatch(/Apps\s+http:\/\/127\.0\.0\.1:\d+\s+\(container apps by Host: .*; running\)/);
       expect(mine).toMatch(/dataplane\/serverless\/main\.ts/);
       expect(mine).toMatch(/haproxy/);
       expect(mine).toMatch(/postgres/);

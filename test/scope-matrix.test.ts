@@ -48,7 +48,15 @@ function bodyFor(route: AnyRoute): unknown {
 
 beforeAll(async () => {
   // Hundreds of requests of one key: the rate limits are not what this test is about.
-  stack = await startStack({ temporal: 'none', env: { RATE_LIMIT_DEFAULT_PER_KEY: '100000', RATE_LIMIT_DEFAULT_PER_ACCOUNT: '100000', RATE_LIMIT_MUTATIONS_PER_KEY: '100000', RATE_LIMIT_MUTATIONS_PER_ACCOUNT: '100000' } });
+  stack = await startStack({
+    temporal: 'none',
+    env: {
+      RATE_LIMIT_DEFAULT_PER_KEY: '100000',
+      RATE_LIMIT_DEFAULT_PER_ACCOUNT: '100000',
+      RATE_LIMIT_MUTATIONS_PER_KEY: '100000',
+      RATE_LIMIT_MUTATIONS_PER_ACCOUNT: '100000',
+    },
+  });
   const [acct] = await stack.db('accounts').insert({ name: 'Someone else' }).returning('id');
   const owner = await createUser(stack.db, acct.id, { isOwner: true });
   const key = await createApiKey(stack.db, acct.id, owner.userId, { scopes: ['services:read'] });

@@ -12,7 +12,7 @@ export * from './hosts';
 export * from './vps';
 export * from './lb';
 export * from './dbaas';
-export * from './caas';
 export * from './objectstorage';
 export * from './serverless';
+export * from './caas';
 export * from './services/service-teardown.workflow';

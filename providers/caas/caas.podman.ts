@@ -1,3 +1,4 @@
+import { existsSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { BackendUnavailableError } from '../errors';
@@ -19,6 +20,8 @@ export interface CaasPodmanOptions {
   bindAddress: string;
   /** Address ranges containers may never reach (the platform's: balancers, database instances). */
   blockedRanges: string[];
+  /** The range the services' networks are taken from (a /24 each). */
+  subnetPool?: string;
 }
 
 interface Container {
@@ -42,7 +45,7 @@ export class CaasPodmanProvider implements CaasProvider {
   private isolated: Promise<void> | null = null;
 
   constructor(private readonly options: CaasPodmanOptions) {
-    this.engine = new PodmanEngine({ dataDir: path.join(options.dataDir, 'podman') });
+    this.engine = new PodmanEngine({ dataDir: path.join(options.dataDir, 'podman'), subnetPool: options.subnetPool });
   }
 
   private routerDir(serviceId: number): string {
@@ -134,6 +137,25 @@ export class CaasPodmanProvider implements CaasProvider {
     if (!newest || newest.state !== 'running') throw new BackendUnavailableError('caas', `deployment ${deploymentId} has no running container to route to`);
     await router.setApp(appId, hosts, { host: '127.0.0.1', port: Number(newest.labels['caas.port']) });
     for (const c of older) await this.engine.remove(c.name, 10);
+  }
+
+  async isServing(_serviceId: number, _appId: string, deploymentId: string): Promise<boolean> {
+    const [newest] = await this.containersOf(deploymentId);
+    return newest?.state === 'running';
+  }
+
+  /**
+   * Stops everything of this host's services (a local run's Ctrl-C): the containers are removed
+   * (their images stay) and the routers stopped (their files stay). The keeper starts them again
+   * from the records at the next start.
+   */
+  async stopAll(): Promise<void> {
+    for (const c of await this.engine.containers({})) if (c.labels['caas.service']) await this.engine.remove(c.name, 5);
+    const services = path.join(this.options.dataDir, 'services');
+    for (const entry of existsSync(services) ? readdirSync(services) : []) {
+      const router = await HostRouter.find(path.join(services, entry, 'router'));
+      if (router) await router.stop();
+    }
   }
 
   async stop(_serviceId: number, _appId: string, deploymentId: string): Promise<void> {

@@ -13,10 +13,10 @@ import { freeLoopbackPort, probeBind } from './ports';
  * by the checkout's path (16 to 234: clear of 127.0.0.1, where the API and the demo backends listen).
  * Two checkouts collide only when their hashes do (1 in 110); setting the variables settles it.
  */
-export function checkoutRanges(checkout: string): { lb: string; dbaas: string } {
+export function checkoutRanges(checkout: string): { lb: string; dbaas: string; caas: string } {
   const n = createHash('sha256').update(path.resolve(checkout)).digest().readUInt32BE(0) % 110;
   const x = 16 + 2 * n;
-  return { lb: `127.${x}.0.0/16`, dbaas: `127.${x + 1}.0.0/16` };
+  return { lb: `127.${x}.0.0/16`, dbaas: `127.${x + 1}.0.0/16`, caas: `10.${100 + n}.0.0/16` };
 }
 
 /**

@@ -191,11 +191,19 @@ async function bootstrapTmpDir(layout: DataDirLayout): Promise<string> {
 }
 
 /** The cached minbase tar, made with mmdebstrap when missing (written aside, renamed when complete). */
-async function minbaseTar(layout: DataDirLayout): Promise<string> {
+export async function minbaseTar(layout: DataDirLayout): Promise<string> {
   const dir = path.join(layout.dataDir, 'base');
-  const tar = path.join(dir, `debian-minbase-${SUITE}.tar`);
+  const name = `debian-minbase-${SUITE}.tar`;
+  const tar = path.join(dir, name);
   if (existsSync(tar)) return tar;
   await makeDirectory(dir, 0o700);
+  // Another data directory of this machine (a second checkout, a test) may have made it already.
+  const shared = path.join(SHARED_CACHE_DIR, name);
+  if (existsSync(shared)) {
+    await fs.copyFile(shared, `${tar}.partial`);
+    await fs.rename(`${tar}.partial`, tar);
+    return tar;
+  }
   const mmdebstrap = requireBinary('mmdebstrap', INSTALL);
   const { main, security } = await debianMirrors();
   const partial = `${tar}.partial`;
@@ -210,7 +218,25 @@ async function minbaseTar(layout: DataDirLayout): Promise<string> {
     throw new BackendUnavailableError(BACKEND, `mmdebstrap of Debian ${SUITE} from ${main} failed: ${err instanceof CommandError ? err.detail : String(err)}`);
   }
   await fs.rename(partial, tar);
+  await shareMinbase(tar, shared);
   return tar;
+}
+
+/**
+ * The machine-wide copy of the Debian minbase tar (root's, 0700), which every data directory of
+ * this machine starts from instead of running mmdebstrap again (CAAS_BASE_CACHE_DIR; a refresh is
+ * deleting it). Its file is replaced whole (written aside, renamed), so a reader never sees half.
+ */
+export const SHARED_CACHE_DIR = process.env.CAAS_BASE_CACHE_DIR ?? '/var/cache/cloud-caas';
+
+async function shareMinbase(tar: string, shared: string): Promise<void> {
+  try {
+    await makeDirectory(path.dirname(shared), 0o700);
+    await fs.copyFile(tar, `${shared}.${process.pid}.partial`);
+    await fs.rename(`${shared}.${process.pid}.partial`, shared);
+  } catch {
+    // Only a cache: the next data directory runs mmdebstrap itself.
+  }
 }
 
 async function imageExists(layout: DataDirLayout, image: string): Promise<boolean> {

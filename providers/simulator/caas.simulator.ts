@@ -75,6 +75,10 @@ export class CaasSimulator implements CaasProvider {
       .merge();
   }
 
+  async isServing(_serviceId: number, _appId: string, deploymentId: string): Promise<boolean> {
+    return (await this.db('sim_caas_deployments').where({ deployment_id: deploymentId }).first())?.state === 'running';
+  }
+
   async stop(_serviceId: number, _appId: string, deploymentId: string): Promise<void> {
     await this.db('sim_caas_deployments').where({ deployment_id: deploymentId }).update({ state: 'stopped' });
   }

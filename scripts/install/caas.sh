@@ -27,3 +27,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+
+# The Debian minbase the base image of container apps is made from, once per machine (mmdebstrap,
+# 30-60 s here): every data directory then builds `caas-node` from it in seconds.
+cache="${CAAS_BASE_CACHE_DIR:-/var/cache/cloud-caas}"
+if [ "$(id -u)" = 0 ] && [ ! -f "$cache/debian-minbase-bookworm.tar" ]; then
+  log "building the Debian base for container apps (once per machine)"
+  cd "$(dirname "$0")/../.." && node_modules/.bin/tsx scripts/caas-base.ts
+fi
