@@ -78,7 +78,14 @@ beforeAll(async () => {
   }
   stack = await startStack({
     temporal: 'dev',
-    env: { CAAS_BACKEND: 'podman', CAAS_DATA_DIR: dataDir, ALLOW_INSECURE_TARGETS: '1', CAAS_START_TIMEOUT: '20s', OPERATION_CACHE_TTL: '100ms' },
+    env: {
+      CAAS_BACKEND: 'podman',
+      DBAAS_BACKEND: 'instances',
+      CAAS_DATA_DIR: dataDir,
+      ALLOW_INSECURE_TARGETS: '1',
+      CAAS_START_TIMEOUT: '20s',
+      OPERATION_CACHE_TTL: '100ms',
+    },
   });
   archives = await startArchiveServer();
   await archives.put('v1', sampleApp('v1'));
@@ -185,6 +192,34 @@ describe('container apps on podman', () => {
     const running = (await engine.containers({ 'caas.app': app.id })).filter((c) => c.state === 'running');
     expect(running).toHaveLength(1);
     expect((await viaRouter(app.default_host)).status).toBe(200);
+  }, 300_000);
+
+  it('a database of the service: a real PostgreSQL database and user, its URL injected and reachable from the container', async () => {
+    await archives.put('db', {
+      'package.json': JSON.stringify({ name: 'db', scripts: { start: 'node server.js' } }),
+      'server.js': `const http = require('node:http');
+const net = require('node:net');
+http.createServer((req, res) => {
+  const url = new URL(process.env.DATABASE_URL);
+  const socket = net.connect({ host: url.hostname, port: Number(url.port) });
+  const answer = (state) => { socket.destroy(); res.end(JSON.stringify({ state, user: url.username, database: url.pathname, scheme: url.protocol, same: process.env.DATABASE_URL === process.env.DATABASE_URL_SHOP })); };
+  socket.setTimeout(3000, () => answer('timeout'));
+  socket.once('connect', () => answer('open'));
+  socket.once('error', (e) => answer(e.code));
+}).listen(Number(process.env.PORT));
+`,
+    });
+    const made = await api.post(`/v1/caas/${svc.id}/databases`, { engine: 'postgresql', name: 'shop' });
+    expect(made.status, made.text).toBe(201);
+    expect(made.body.env_var).toBe('DATABASE_URL_SHOP');
+    await stack
+      .db('caas_apps')
+      .where({ id: Number(app.id.slice(4)) })
+      .update({ source: JSON.stringify({ type: 'archive', url: archives.url('db') }) });
+    const op = await operationOf(await api.post(`${appPath}/deploy`));
+    expect(op.status, JSON.stringify(op.error)).toBe('succeeded');
+    const answer = await viaRouter(app.default_host);
+    expect(answer.body).toMatchObject({ state: 'open', user: 'shop_app', database: '/shop', scheme: 'postgresql:', same: true });
   }, 300_000);
 
   it('deleting the app stops it: its host answers 404 and no container is left', async () => {

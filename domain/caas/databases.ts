@@ -4,11 +4,12 @@ import { iso } from '../../common/time';
 import type { Providers } from '../../providers';
 import type { DbEngine } from '../../providers/dbaas.provider';
 import { DomainError, quotaExceeded, validationFailed } from '../errors';
+import { placeIfHosted } from '../hosts/directory';
 import { CAAS_LIMITS } from './manage';
 
 /**
  * A container service's databases (DECISIONS "CaaS"): each a real database with a user of its own
- * on the service's database server of that engine (a DBaaS instance, `caas-svc<n>-<engine>`, made
+ * on the service's database server of that engine (a DBaaS instance, `svc-<n>-caas-pg|my`, made
  * with the first database of the engine). The user's password is generated, sealed, and reaches
  * only the apps' containers, in `DATABASE_URL_<NAME>` (and `DATABASE_URL`: the oldest database).
  */
@@ -52,7 +53,8 @@ interface Deps {
 
 /** The service's database server of the engine, made (or started again) when missing. */
 async function serverOf(deps: Deps, serviceId: number, engine: DbEngine): Promise<string> {
-  const instance = `caas-svc${serviceId}-${engine}`;
+  // `svc-<n>-...`: the DBaaS backend finds an instance's host by the service in its name.
+  const instance = `svc-${serviceId}-caas-${engine === 'postgresql' ? 'pg' : 'my'}`;
   let row = await deps.db('caas_db_servers').where({ service_id: serviceId, engine }).first();
   if (!row) {
     await deps
@@ -62,6 +64,8 @@ async function serverOf(deps: Deps, serviceId: number, engine: DbEngine): Promis
       .ignore();
     row = await deps.db('caas_db_servers').where({ service_id: serviceId, engine }).first();
   }
+  // A database server lives on a host like a DBaaS service's: the container service is placed for it.
+  await placeIfHosted(deps.db, deps.providers.hosts, 'dbaas', serviceId);
   await deps.providers.dbaas.createInstance({
     name: row.instance,
     serviceId,

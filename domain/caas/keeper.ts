@@ -3,6 +3,7 @@ import type { Keyring } from '../../common/crypto';
 import type { Logger } from '../../common/logger';
 import { PeriodicService } from '../../common/periodic';
 import type { Providers } from '../../providers';
+import { databaseEnvOf } from './databases';
 import { APP_RESOURCES } from './manage';
 import { runEnvOf } from './runtime-env';
 import { appRef, hostsOf, type AppRow } from './store';
@@ -30,6 +31,8 @@ export class CaasKeeper extends PeriodicService {
       const serviceId = Number(service_id);
       try {
         await providers.caas.ensureService(serviceId);
+        // The forwarders to its database servers live in a process: this one's are made here.
+        await databaseEnvOf({ db, keyring: this.deps.keyring, providers }, serviceId);
         const apps: AppRow[] = await db('caas_apps').where({ service_id: serviceId }).whereNotNull('current_deployment_id');
         for (const raw of apps) await this.keepApp({ ...raw, id: Number(raw.id), service_id: serviceId });
       } catch (err) {

@@ -5,6 +5,7 @@ import { BackendUnavailableError } from '../errors';
 import { HostRouter } from '../haproxy/host-router';
 import { freeLoopbackPort } from '../local-server';
 import { PodmanEngine } from '../podman/engine';
+import { Forwarders } from './forwarder';
 import type { CaasLogLine, CaasMachine, CaasProvider, CaasRunSpec, CaasServiceSpace, CaasStartOutcome } from '../caas.provider';
 
 /** The port apps listen on inside their containers (`$PORT`, set by the control plane). */
@@ -43,6 +44,7 @@ interface Container {
 export class CaasPodmanProvider implements CaasProvider {
   private readonly engine: PodmanEngine;
   private isolated: Promise<void> | null = null;
+  private readonly forwarders = new Forwarders();
 
   constructor(private readonly options: CaasPodmanOptions) {
     this.engine = new PodmanEngine({ dataDir: path.join(options.dataDir, 'podman'), subnetPool: options.subnetPool });
@@ -167,8 +169,16 @@ export class CaasPodmanProvider implements CaasProvider {
     return newest ? this.engine.logs(newest.name, lines) : [];
   }
 
-  async reachable(_serviceId: number, target: { host: string; port: number }): Promise<{ host: string; port: number }> {
-    return target;
+  /**
+   * A server of this host (a database instance on loopback) as the service's containers reach it:
+   * on their network's gateway, the same port, through a forwarder of this process, with one
+   * isolation exception for exactly that address and port on that network's bridge.
+   */
+  async reachable(serviceId: number, target: { host: string; port: number }): Promise<{ host: string; port: number }> {
+    await this.isolation();
+    const { gateway } = await this.engine.networkGateway(this.network(serviceId), target.port);
+    await this.forwarders.ensure({ host: gateway, port: target.port }, target);
+    return { host: gateway, port: target.port };
   }
 
   async removeApp(serviceId: number, appId: string, deploymentIds: string[]): Promise<void> {

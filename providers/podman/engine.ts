@@ -23,7 +23,7 @@ import { LocalServerError, runningAsRoot, sleep, withFileLock } from '../local-s
 import { BuildRefusal, checkContainerfile, generatedContainerfile, makeContextReadable, readPackageJson } from './app-build';
 import { APP_UID, BASE_IMAGE, baseInputs, buildBaseImage, currentFingerprint, fingerprintOf } from './base-image';
 import { layoutOf, prepareDataDir, type DataDirLayout } from './config';
-import { ensureIsolationRules, removeIsolationRules } from './isolation';
+import { allowHostPort, ensureIsolationRules, removeIsolationRules } from './isolation';
 import { DEFAULT_SUBNET_POOL, ensureNetwork, parseCidr } from './networks';
 import { BACKEND, failureDetail, isAbsent, podmanCall, podmanJson, podmanOk, podmanToFile, podmanBinary, type PodmanResult } from './podman';
 import { checkEnv, checkImage, checkLabels, checkName, checkResources } from './validate';
@@ -275,6 +275,27 @@ export class PodmanEngine {
   /** Removes the isolation rules (uninstalling the engine from a host, a test's clean-up); absent is fine. */
   async removeIsolation(): Promise<void> {
     await removeIsolationRules();
+  }
+
+  /**
+   * The tenant network (created when missing): its gateway, the host's own address on it, and its
+   * bridge; with `allowPort`, its containers may also connect to that port of the gateway (the
+   * isolation rules refuse every other connection to the host).
+   */
+  async networkGateway(network: string, allowPort?: number): Promise<{ gateway: string; bridge: string }> {
+    checkName('network', network);
+    await this.ready();
+    await ensureNetwork(this.layout, network, this.pool);
+    const [info] = await podmanJson<Array<{ network_interface?: string; subnets?: Array<{ subnet: string; gateway?: string }> }>>(this.layout, [
+      'network',
+      'inspect',
+      network,
+    ]);
+    const gateway = info?.subnets?.[0]?.gateway;
+    const bridge = info?.network_interface;
+    if (!gateway || !bridge) throw new BackendUnavailableError(BACKEND, `network ${network} has no gateway or bridge`);
+    if (allowPort !== undefined) await allowHostPort(bridge, gateway, allowPort);
+    return { gateway, bridge };
   }
 
   /** Removes a tenant network; absent is fine, one with containers still attached is refused. */

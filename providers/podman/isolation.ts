@@ -23,6 +23,12 @@ import { BACKEND, INSTALL } from './podman';
 
 export const FORWARD_CHAIN = 'CAAS-FWD';
 export const INPUT_CHAIN = 'CAAS-IN';
+/**
+ * The exceptions to CAAS-IN: one rule per host port a service's containers may reach on their
+ * network's gateway (the forwarder to the service's database servers). A chain of its own, not in
+ * the restore input, so re-applying the isolation rules keeps them.
+ */
+export const ALLOW_CHAIN = 'CAAS-ALLOW';
 const BRIDGES = 'podman+';
 const TIMEOUT_MS = 30_000;
 const REJECT = ['-j', 'REJECT', '--reject-with', 'icmp-admin-prohibited'];
@@ -39,6 +45,7 @@ export function isolationRules(blockedRanges: string[]): string {
     '*filter',
     `:${FORWARD_CHAIN} - [0:0]`,
     `:${INPUT_CHAIN} - [0:0]`,
+    inp(['-i', BRIDGES, '-j', ALLOW_CHAIN]),
     fwd(['-m', 'physdev', '--physdev-is-bridged', '-j', 'RETURN']),
     fwd(['-i', BRIDGES, '-o', BRIDGES, ...REJECT]),
     ...[...new Set(ranges)].map((range) => fwd(['-i', BRIDGES, '-d', range, ...REJECT])),
@@ -82,9 +89,30 @@ async function jumpFirst(chain: string, target: string): Promise<void> {
 
 /** Installs (or updates) the chains and their jumps; idempotent. */
 export async function ensureIsolationRules(blockedRanges: string[]): Promise<void> {
+  if (!(await chainExists(ALLOW_CHAIN))) await iptables(['-w', '-N', ALLOW_CHAIN]);
   await iptables(['-w', '--noflush'], isolationRules(blockedRanges));
   await jumpFirst('FORWARD', FORWARD_CHAIN);
   await jumpFirst('INPUT', INPUT_CHAIN);
+}
+
+async function chainExists(chain: string): Promise<boolean> {
+  return iptables(['-w', '-S', chain]).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Lets the containers of `bridge` open TCP connections to `ip:port` of this host (ALLOW_CHAIN); idempotent. */
+export async function allowHostPort(bridge: string, ip: string, port: number): Promise<void> {
+  if (!/^[a-z0-9]{1,15}$/.test(bridge) || !/^\d{1,3}(\.\d{1,3}){3}$/.test(ip) || !Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new Error(`not an allow rule: ${bridge} ${ip}:${port}`);
+  }
+  const rule = ['-i', bridge, '-d', `${ip}/32`, '-p', 'tcp', '--dport', String(port), '-j', 'ACCEPT'];
+  const present = await iptables(['-w', '-C', ALLOW_CHAIN, ...rule]).then(
+    () => true,
+    () => false,
+  );
+  if (!present) await iptables(['-w', '-A', ALLOW_CHAIN, ...rule]);
 }
 
 /** Removes the jumps and the chains (an uninstall, or a test's clean-up); absent is fine. */
@@ -102,5 +130,9 @@ export async function removeIsolationRules(): Promise<void> {
       await iptables(['-w', '-F', target]);
       await iptables(['-w', '-X', target]);
     }
+  }
+  if (await chainExists(ALLOW_CHAIN)) {
+    await iptables(['-w', '-F', ALLOW_CHAIN]);
+    await iptables(['-w', '-X', ALLOW_CHAIN]);
   }
 }
