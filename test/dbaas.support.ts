@@ -108,7 +108,9 @@ export function dbaasContract(h: () => ContractHarness) {
   it('applies owner on PostgreSQL and charset/collation on MySQL, and refuses unknown ones', async () => {
     const { provider, instance } = h();
     if (isMysql()) {
-      const latin = await provider.createDatabase(instance, { name: 'legacy', charset: 'latin1', owner: 'ignored' });
+      // On MySQL an owner is a user given every right on the database (container apps' databases).
+      await provider.createUser(instance, { username: 'legacy_owner', password: 'Legacy-0wner-pass' });
+      const latin = await provider.createDatabase(instance, { name: 'legacy', charset: 'latin1', owner: 'legacy_owner' });
       expect(latin).toEqual({ name: 'legacy', owner: null, charset: 'latin1', collation: 'latin1_swedish_ci' });
       const byCollation = await provider.createDatabase(instance, { name: 'sorted', collation: 'utf8mb4_bin' });
       expect(byCollation).toMatchObject({ charset: 'utf8mb4', collation: 'utf8mb4_bin' });

@@ -154,6 +154,12 @@ beforeAll(async () => {
   fill.webhooks = `whk_${webhook.id}`;
   // Object storage routes name a bucket of the account's one storage (none here: they answer 404 to everyone).
   fill.bucket = 'narrowed-no-such-bucket';
+  // Container app routes name an app of the visible caas service.
+  const [app] = await stack
+    .db('caas_apps')
+    .insert({ service_id: Number(visible.caas.slice(4)), name: 'visible', default_host: `visible-${visible.caas.slice(4)}.apps.localhost` })
+    .returning('id');
+  fill.app_id = `app_${app.id}`;
   for (const [service, label] of [
     [hiddenVps, 'hidden'],
     [visibleVps, 'visible'],

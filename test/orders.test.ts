@@ -35,7 +35,7 @@ describe('catalog and payment methods', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ object: 'list', has_more: false, next_cursor: null });
     const slugs = res.body.data.map((p: any) => p.product);
-    expect(slugs).toHaveLength(12); // 14 seeded, one hidden and one retired
+    expect(slugs).toHaveLength(15); // 17 seeded, one hidden and one retired
     expect(slugs).not.toContain('vps-legacy');
     expect(slugs).not.toContain('vps-staff');
     for (const p of res.body.data) expect(ProductSchema.safeParse(p).success, JSON.stringify(p)).toBe(true);
@@ -53,7 +53,7 @@ describe('catalog and payment methods', () => {
     const vps = await stack.http.get('/v1/orders/products?family=vps', { token: c.token });
     expect(vps.body.data.map((p: any) => p.product).sort()).toEqual(['vps-l', 'vps-s']);
     const other = await stack.http.get('/v1/orders/products?family=other', { token: c.token });
-    expect(other.body.data.map((p: any) => p.product_family).sort()).toEqual(['images', 'serverless', 'wordpress']);
+    expect(other.body.data.map((p: any) => p.product_family).sort()).toEqual(['images', 'serverless', 'serverless', 'serverless', 'serverless', 'wordpress']);
     const wp = await stack.http.get('/v1/orders/products?family=wordpress', { token: c.token });
     expect(wp.body.data.map((p: any) => p.product)).toEqual(['wordpress-starter']);
     expect(wp.body.data[0]).toMatchObject({ family: 'other', requires_site_name: true });
@@ -67,8 +67,8 @@ describe('catalog and payment methods', () => {
       seen.push(...page.body.data.map((p: any) => p.product));
       cursor = page.body.has_more ? page.body.next_cursor : null;
     } while (cursor);
-    expect(seen).toHaveLength(12);
-    expect(new Set(seen).size).toBe(12);
+    expect(seen).toHaveLength(15);
+    expect(new Set(seen).size).toBe(15);
 
     expect((await stack.http.get('/v1/orders/products?limit=0', { token: c.token })).body.error).toMatchObject({ code: 'validation_failed', param: 'limit' });
     expect((await stack.http.get('/v1/orders/products?family=spaceships', { token: c.token })).body.error).toMatchObject({

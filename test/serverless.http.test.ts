@@ -304,3 +304,20 @@ describe('the service’s status reaches the data planes', () => {
     expect((await stack.db('serverless_tenants').whereIn('service_id', [t.serviceId, d.serviceId])).every((r) => r.dropped_at !== null)).toBe(true);
   });
 });
+
+describe('usage metering', () => {
+  it('keeps writing after a flush that held only fractions of a unit (execution time)', async () => {
+    const { UsageMeter } = await import('../dataplane/serverless/meter');
+    const t = await newTenant(stack, base, 'functions');
+    const meter = new UsageMeter(stack.db, 60_000);
+    meter.add(t.serviceId, { invocations: 1, execution_ms: 0.4 });
+    await meter.flush();
+    // Only 0.4 ms is pending now: this flush writes nothing (and awaits nothing).
+    await meter.flush();
+    meter.add(t.serviceId, { invocations: 2, execution_ms: 0.7 });
+    await meter.flush();
+    const row = await stack.db('serverless_usage_days').where({ service_id: t.serviceId }).first();
+    expect({ invocations: Number(row.invocations), execution_ms: Number(row.execution_ms) }).toEqual({ invocations: 3, execution_ms: 1 });
+    await meter.close();
+  });
+});

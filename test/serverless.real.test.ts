@@ -146,6 +146,7 @@ describe('functions on workerd', () => {
         return (await stack.http.get('/v1/serverless/functions/usage', { token: m.key })).body;
       },
       (u) => u.invocations === 4,
+      15_000,
     );
     expect(report).toMatchObject({ primitive: 'functions', invocations: 4, errors: 1, included: { errors: null } });
     expect(report.execution_ms).toBeGreaterThanOrEqual(0);

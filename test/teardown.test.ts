@@ -43,7 +43,8 @@ describe('service teardown', () => {
 
   it('tears down an ordered service that billing terminated after an immediate cancellation', async () => {
     const c = await newCustomer(stack, { credit: 100 });
-    const order = await placeOrder(stack, c, { product: 'caas-starter' });
+    // A product built by the generic (simulated) build backend: hosted sites have no backend of their own yet.
+    const order = await placeOrder(stack, c, { product: 'wordpress-starter', site_name: 'teardown-cancel.example.test' });
     expect(order.status, order.text).toBe(202);
     await stack.temporal!.client.workflow.getHandle(order.body.id).result();
     const orderId = order.body.resource.id as string;

@@ -44,7 +44,7 @@ export class UsageMeter {
     if (batch.size === 0) return;
     this.pending = new Map();
     const tenants = new Set([...batch.values()].map((e) => e.serviceId));
-    this.flushing = (async () => {
+    const run: Promise<void> = (async () => {
       try {
         for (const [key, entry] of batch) {
           // Whole units are written; a fraction (execution time) waits for the next flush.
@@ -67,10 +67,14 @@ export class UsageMeter {
         for (const entry of batch.values()) this.add(entry.serviceId, entry.counts, entry.day);
         // What was written is in PostgreSQL now, no longer pending: read the month again.
         for (const id of tenants) this.months.delete(id);
-        this.flushing = null;
       }
-    })();
-    return this.flushing;
+    })().finally(() => {
+      // Cleared after the assignment below, even when the batch needed no write (no await: the
+      // body above may have finished before `run` was assigned).
+      if (this.flushing === run) this.flushing = null;
+    });
+    this.flushing = run;
+    return run;
   }
 
   /** The month's totals so far: PostgreSQL's (read at most once per flush interval) and this process's unwritten counts. */
