@@ -103,6 +103,8 @@ export class FunctionsPlane {
     if (await this.deps.meter.atCap(tenant.service_id, this.deps.planOf(tenant))) throw atQuota('function invocations');
     const prefix = `/run/${handle}/${nameSegment}`;
     const rest = rawPath.slice(rawPath.indexOf(prefix) + prefix.length) || '/';
+    // A caller who hung up during the lookups above is not sent on to the function.
+    if (call.req.destroyed || call.res.destroyed) return;
     // The function's own answer, with the data plane's request id (DECISIONS: on every answer).
     call.res.setHeader('X-Request-Id', call.requestId);
     let result;

@@ -331,12 +331,17 @@ export class RedisKvStore implements KvStore {
         port: this.options.port,
         connectTimeout: this.options.connectTimeoutMs ?? 2_000,
         reconnectStrategy: false,
+        // A server that stops answering closes the socket after this long without a byte, failing
+        // what waits on it (an idle connection goes too, and is made again at its next use). Not a
+        // per-command timeout: node-redis makes an AbortSignal and a timer for each command, a
+        // fifth of the data plane's CPU per request.
+        socketTimeout: this.options.commandTimeoutMs ?? 5_000,
       },
       username,
       password,
       disableOfflineQueue: true,
       disableClientInfo: true,
-      commandOptions: { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer }, timeout: this.options.commandTimeoutMs ?? 5_000 },
+      commandOptions: { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } },
     });
     // Errors reach the command that meets them; without a listener an 'error' event would crash the process.
     client.on('error', () => undefined);

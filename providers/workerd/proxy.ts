@@ -108,6 +108,12 @@ export function proxyInvocation(
         up.resume();
         return settle('missing');
       }
+      if (res.destroyed || res.writableEnded) {
+        // The caller hung up before the answer came: nothing to pass on (piping into a closed
+        // answer throws, outside any handler).
+        up.destroy();
+        return answered(false);
+      }
       try {
         res.writeHead(up.statusCode ?? 502, filterHeaders(up.rawHeaders, NOT_RETURNED));
       } catch {
