@@ -80,6 +80,7 @@ describe('GET /docs', () => {
     // An operation opened: its scope and marks spelled out.
     await page.click('.opblock-tag[data-tag="Virtual servers"]');
     await page.click('#operations-Virtual_servers-powerVps .opblock-summary-control');
+    await page.waitForSelector('#operations-Virtual_servers-powerVps .opblock-description-wrapper', { timeout: 10_000 });
     const body = await page.textContent('#operations-Virtual_servers-powerVps');
     expect(body).toContain('Scope: vps:power');
     expect(body).toContain('Marks: R (reversible), A (asynchronous: answers 202 with an operation), I (idempotent)');
