@@ -36,7 +36,14 @@ describe('demo seed', () => {
     // The DNS simulator here; the seeded zone on a real PowerDNS is tested in test/dns.http.test.ts.
     const seedConfig = loadConfig(
       {},
-      { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator', OBJECTSTORAGE_BACKEND: 'simulator' },
+      {
+        SIM_DELAY_SCALE: '0',
+        DNS_BACKEND: 'simulator',
+        LB_BACKEND: 'simulator',
+        DBAAS_BACKEND: 'simulator',
+        OBJECTSTORAGE_BACKEND: 'simulator',
+        CAAS_BACKEND: 'simulator',
+      },
     );
     const keyring = Keyring.fromString('ab'.repeat(32));
     const passwords = { owner: 'owner-password-1', dev: 'dev-password-1', other: 'other-password-1' };

@@ -15,7 +15,14 @@ const passwords = { owner: 'owner password for the seed', dev: 'dev password for
 // The seed's own providers are the simulators (the demo balancer and databases are not what is tried here).
 const seedConfig = loadConfig(
   {},
-  { SIM_DELAY_SCALE: '0', DNS_BACKEND: 'simulator', LB_BACKEND: 'simulator', DBAAS_BACKEND: 'simulator', OBJECTSTORAGE_BACKEND: 'simulator' },
+  {
+    SIM_DELAY_SCALE: '0',
+    DNS_BACKEND: 'simulator',
+    LB_BACKEND: 'simulator',
+    DBAAS_BACKEND: 'simulator',
+    OBJECTSTORAGE_BACKEND: 'simulator',
+    CAAS_BACKEND: 'simulator',
+  },
 );
 const seed = () =>
   seedDemo(stack.db, passwords, createProviders({ db: stack.db, config: seedConfig }), { keyring: stack.api.deps.keyring, config: seedConfig });
