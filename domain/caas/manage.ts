@@ -4,7 +4,7 @@ import type { Keyring } from '../../common/crypto';
 import type { TargetPolicy } from '../../infra/webhook-targets';
 import type { CaasProvider } from '../../providers/caas.provider';
 import { checkSourceProblems } from './source';
-import { backendUnavailable, conflict, DomainError, notFound, quotaExceeded, validationFailed, type FieldError } from '../errors';
+import { backendUnavailable, conflict, DomainError, quotaExceeded, validationFailed, type FieldError } from '../errors';
 import { addLog, appRef, findApp, findDeployment, hostsOf, type AppRow, type CaasServiceRow } from './store';
 
 /**
@@ -211,5 +211,3 @@ export async function restartApp(
   await deps.db('caas_apps').where({ id: app.id }).update({ updated_at: deps.db.fn.now() });
   return (await findApp(deps.db, serviceId, rawId))!;
 }
-
-export { notFound };

@@ -91,10 +91,6 @@ export async function appById(db: Knex | Knex.Transaction, id: number): Promise<
   return row ? appOf(row) : null;
 }
 
-export async function listApps(db: Knex, serviceId: number): Promise<AppRow[]> {
-  return (await db('caas_apps').where({ service_id: serviceId }).orderBy('id', 'desc')).map(appOf);
-}
-
 export async function findDeployment(db: Knex | Knex.Transaction, id: string): Promise<DeploymentRow | null> {
   const row = await db('caas_deployments').where({ id }).first();
   return row ? { ...row, app_id: Number(row.app_id), service_id: Number(row.service_id) } : null;

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import { onePerAccount } from '../per-account';
 import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
-import { primitiveOfProduct, PRIMITIVES, type Primitive } from './plans';
+import { primitiveOfProduct, type Primitive } from './plans';
 import { findTenant } from './store';
 
 const WHAT: Record<Primitive, string> = {
@@ -74,5 +74,3 @@ export const serverlessBaseOf = (config: { SERVERLESS_API_ENDPOINT?: string; SER
   (config.SERVERLESS_API_ENDPOINT ?? `http://127.0.0.1:${config.SERVERLESS_PORT}`).replace(/\/$/, '');
 
 export const endpointOf = (base: string, primitive: Primitive): string => `${base}/${primitive}`;
-
-export { PRIMITIVES };

@@ -6,7 +6,7 @@ import { addDomain, CAAS_LIMITS, createApp, deleteApp, deleteDomain, envNames, p
 import { createDatabase, listDatabases } from '../../../domain/caas/databases';
 import { runEnvOf } from '../../../domain/caas/runtime-env';
 import { appRef, findApp, findVisibleCaas, visibleCaasQuery, type AppRow, type CaasTarget, type DeploymentRow } from '../../../domain/caas/store';
-import { conflict, DomainError } from '../../../domain/errors';
+import { conflict } from '../../../domain/errors';
 import type { Principal } from '../../../domain/principal';
 import { findTarget, type ServiceRow } from '../../../domain/services';
 import { liveRead } from '../../../providers/errors';
@@ -576,5 +576,3 @@ export const caasRoutes = [
     },
   }),
 ];
-
-export { DomainError };
