@@ -63,3 +63,23 @@ export async function pollUntil<T>(read: () => Promise<T>, done: (value: T) => b
     await ctx.sleep(intervalMs);
   }
 }
+
+/**
+ * Heartbeats every few seconds while `work` runs (a fetch, a build, a backup), so that a lost worker
+ * is noticed within the activity's heartbeat timeout and the step runs again elsewhere. Outside an
+ * activity (a test calling the function directly) it only runs `work`.
+ */
+export async function heartbeating<T>(work: () => Promise<T>, everyMs = 3_000): Promise<T> {
+  let context: Context | null = null;
+  try {
+    context = Context.current();
+  } catch {
+    // called outside an activity (tests)
+  }
+  const timer = context ? setInterval(() => context!.heartbeat(), everyMs) : null;
+  try {
+    return await work();
+  } finally {
+    if (timer) clearInterval(timer);
+  }
+}

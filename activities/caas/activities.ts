@@ -1,6 +1,5 @@
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
-import { Context } from '@temporalio/activity';
 import type { Knex } from 'knex';
 import type { Config } from '../../common/config';
 import type { Keyring } from '../../common/crypto';
@@ -10,6 +9,7 @@ import { runEnvOf } from '../../domain/caas/runtime-env';
 import { fetchSource, SourceError } from '../../domain/caas/source';
 import { addLog, appById, appRef, findDeployment, hostsOf, type DeploymentRow, type DeploymentStatus } from '../../domain/caas/store';
 import type { Providers } from '../../providers';
+import { heartbeating } from '../backend-errors';
 
 export interface DeploymentIds {
   serviceId: number;
@@ -41,22 +41,6 @@ export const presentDeployment = (d: DeploymentRow): DeploymentView => ({
 });
 
 type StepOutcome = { ok: true } | { ok: false; message: string };
-
-/** Heartbeats every few seconds while `work` runs (a lost worker is noticed within the heartbeat timeout). */
-async function heartbeating<T>(work: () => Promise<T>): Promise<T> {
-  let context: Context | null = null;
-  try {
-    context = Context.current();
-  } catch {
-    // called outside an activity (tests)
-  }
-  const timer = context ? setInterval(() => context!.heartbeat(), 3_000) : null;
-  try {
-    return await work();
-  } finally {
-    if (timer) clearInterval(timer);
-  }
-}
 
 /** The container apps' deploy steps (workflows/caas/caas-deploy.workflow.ts); each idempotent by the deployment's id. */
 export function createCaasActivities({ db, keyring, config, providers }: { db: Knex; keyring: Keyring; config: Config; providers: Providers }) {
