@@ -265,6 +265,23 @@ export const configSchema = z
     CAAS_KEEPER_INTERVAL: duration('30s'),
     /** A deployment that has not started listening on `$PORT` by then fails `start_failed` (DECISIONS: 60s). */
     CAAS_START_TIMEOUT: duration('60s'),
+    /** Hosted WordPress backend: `local` (real WordPress on php-fpm, MariaDB and nginx on this host) or `simulator` (PostgreSQL; serves nothing). */
+    WORDPRESS_BACKEND: z.enum(['local', 'simulator']).default('local'),
+    /** Where the sites' files, PHP pools, nginx, the core releases, the plugin directory and the backups live. */
+    WORDPRESS_DATA_DIR: z.string().default(() => defaultServerDataDir('wordpress')),
+    /** The address nginx serves every site on (each site's `ip`). */
+    WORDPRESS_BIND_ADDRESS: z.string().default('127.0.0.1'),
+    /** The port nginx serves every site on by Host (each site's `http_port`); 0 picks a free one at first start. */
+    WORDPRESS_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(8088),
+    /** `host:port` of the SMTP relay sites send mail through (`npm start`: its mail catcher); unset: mail is not sent and `sent` says why. */
+    WORDPRESS_SMTP_RELAY: z
+      .string()
+      .regex(/^[A-Za-z0-9.-]+:\d{1,5}$/, 'must be host:port')
+      .optional(),
+    /** How often the worker's keeper checks that every site's PHP and the host's nginx run (and repairs them). */
+    WORDPRESS_KEEPER_INTERVAL: duration('30s'),
+    /** How often the worker's backup scheduler starts the sites' daily backups that are due and prunes those past their retention. */
+    WORDPRESS_BACKUP_SCHEDULE_INTERVAL: duration('15m'),
     /** Serverless: the data planes' port (cron, db, functions, kv under one process; `npm start` runs it, `npm run serverless` alone); 0 picks a free one. */
     SERVERLESS_PORT: z.coerce.number().int().min(0).max(65535).default(3300),
     /** The data planes' base URL as tenants see it; each primitive's `api_endpoint` is `<base>/<primitive>`. Default `http://127.0.0.1:<SERVERLESS_PORT>`. */

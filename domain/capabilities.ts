@@ -11,4 +11,22 @@ export const DEFAULT_CAPABILITIES: Record<string, Record<string, boolean>> = {
   objectstorage: { buckets: true, keys: true, presign: true, metrics: true },
   mailgateway: { domains: true, keys: true, smtp: true, metrics: true },
   other: {},
+  // A catalog family whose services are `other`: keyed by the product family (the seeds look it up first).
+  wordpress: {
+    console: true,
+    backups: true,
+    restore: true,
+    plugins: true,
+    domains: true,
+    cdn: true,
+    edgeproxy: false,
+    cache: true,
+    php: true,
+    cron: true,
+    email: true,
+    logs: true,
+    monitoring: true,
+    core_updates: true,
+    recipes: true,
+  },
 };

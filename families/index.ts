@@ -17,6 +17,7 @@ import { ordersFamily } from './orders';
 import { serverlessFamily } from './serverless';
 import { vpsFamily } from './vps';
 import { webhooksFamily } from './webhooks';
+import { wordpressFamily } from './wordpress';
 
 export type { FamilyManifest } from './manifest';
 
@@ -37,6 +38,7 @@ export const families: readonly FamilyManifest[] = [
   imagesFamily,
   mailGatewayFamily,
   serverlessFamily,
+  wordpressFamily,
   // Last: its seed builds the demo app's image, which takes a while, and the seeds before it place
   // services on the host its registration keeps fresh only for so long.
   caasFamily,

@@ -31,9 +31,9 @@ const NAME_PATTERN = /^[a-z_][a-z0-9_-]{0,31}$/;
 /** Readable part of a derived name: enough to recognise the resource in `ps` and the Temporal UI's activity errors. */
 const READABLE = 16;
 /** What `accountNameFor` makes, and all `removeAccount` and `reapOrphanedAccounts` ever touch. */
-const DERIVED_NAME = /^c(db|lb|dns|s3)-[a-z0-9-]*[0-9a-f]{6}$/;
+const DERIVED_NAME = /^c(db|lb|dns|s3|wp)-[a-z0-9-]*[0-9a-f]{6}$/;
 
-export type AccountKind = 'db' | 'lb' | 'dns' | 's3';
+export type AccountKind = 'db' | 'lb' | 'dns' | 's3' | 'wp';
 
 /** Whether servers get accounts of their own here (only root can create accounts). */
 export const isolatedAccounts = (): boolean => process.getuid?.() === 0;

@@ -25,6 +25,7 @@ import { startMailCatcher } from './mail-catcher';
 import { serverlessDirs } from '../dataplane/serverless/main';
 import { stopRedisServer } from '../providers/redis/redis.server';
 import { CaasPodmanProvider } from '../providers/caas/caas.podman';
+import { WordpressLocalProvider } from '../providers/wordpress/wordpress.local';
 import { create as createTar } from 'tar';
 import { CAAS_SAMPLE_DIR, CAAS_SAMPLE_PATH } from '../db/seeds/caas.seed';
 
@@ -76,6 +77,7 @@ async function chooseLocalSettings(): Promise<string[]> {
   await move('Image delivery', 'IMAGES_PORT', usual.HOST, usual.IMAGES_PORT, String);
   await move('Mail data plane', 'MAIL_PORT', usual.HOST, usual.MAIL_PORT, String);
   await move('Serverless data planes', 'SERVERLESS_PORT', usual.HOST, usual.SERVERLESS_PORT, String);
+  await move('WordPress sites', 'WORDPRESS_HTTP_PORT', usual.WORDPRESS_BIND_ADDRESS, usual.WORDPRESS_HTTP_PORT, String);
   const temporal = splitHostPort(usual.TEMPORAL_ADDRESS);
   await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
   const ui = new URL(usual.TEMPORAL_UI_URL);
@@ -229,6 +231,20 @@ async function caasDemoNote(db: ReturnType<typeof createDb>): Promise<string> {
     : 'no container service seeded';
 }
 
+/** How to reach the seeded WordPress site (it answers by Host on the sites' nginx). */
+async function wordpressDemoNote(db: ReturnType<typeof createDb>): Promise<string> {
+  if (config.WORDPRESS_BACKEND === 'simulator') return 'WordPress simulated (WORDPRESS_BACKEND=simulator; serves no site)';
+  const row = await db('wordpress_sites as w')
+    .join('services as s', 's.id', 'w.service_id')
+    .where('s.account_id', 1)
+    .whereNotNull('w.ip')
+    .orderBy('w.service_id')
+    .first('w.name', 'w.ip', 'w.http_port', 'w.service_id');
+  if (!row) return 'no WordPress site yet (order wordpress-starter with a site_name)';
+  return `${row.name} (svc_${row.service_id}) answers at http://${row.ip}:${row.http_port} with Host: ${row.name}
+               curl -H 'Host: ${row.name}' http://${row.ip}:${row.http_port}/   wp-admin: POST /v1/wordpress/svc_${row.service_id}/autologin`;
+}
+
 /** db/seeds/caas-sample as a .tar.gz (one top directory, as a source archive usually has). */
 async function sampleArchive(): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -271,6 +287,19 @@ async function stopServers(): Promise<void> {
     ['mail server (Haraka)', async () => stopHarakaServer(config.MAIL_DATA_DIR)],
     // The host's Redis for serverless kv (the serverless data plane started it), through its pidfile; its data stays.
     ['kv server (Redis)', async () => (config.KV_BACKEND === 'redis' ? stopRedisServer(serverlessDirs(config).redis) : undefined)],
+    // Every site's php-fpm and the sites' nginx (their files and databases stay: the seed and the worker's keeper start them again).
+    [
+      'WordPress sites',
+      async () =>
+        config.WORDPRESS_BACKEND === 'local'
+          ? new WordpressLocalProvider({
+              dataDir: config.WORDPRESS_DATA_DIR,
+              bindAddress: config.WORDPRESS_BIND_ADDRESS,
+              httpPort: config.WORDPRESS_HTTP_PORT,
+              smtpRelay: null,
+            }).stopAll()
+          : undefined,
+    ],
     // Through its pidfile: also one this run adopted, or started and lost track of (a Ctrl-C while it started).
     ['PowerDNS', async () => (ownsPowerDns() ? stopPowerDnsServer(path.resolve(root, config.POWERDNS_DATA_DIR)) : undefined)],
   ];
@@ -313,7 +342,7 @@ let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage, the mail server, Redis and PowerDNS...');
+  console.log('\nstopping API, worker, Temporal, load balancers, database instances, object storage, WordPress sites, the mail server, Redis and PowerDNS...');
   // API and worker first (they drain, and the worker's keepers would start the servers again), Temporal last.
   for (const child of [...children].reverse()) {
     if (child.exitCode === null) child.kill('SIGTERM');
@@ -333,6 +362,13 @@ async function main() {
   await db.migrate.latest();
   const passwords = demoPasswords();
   const dnsNote = await startPowerDns();
+  // Outgoing mail goes to a local catcher unless MAIL_SMARTHOST says where (no recipient's server is
+  // reachable from here); hosted sites send through it too (before the seed: the seeded site's
+  // configuration names its relay).
+  const outbox = path.join(dataDir, 'mail-outbox');
+  if (!process.env.MAIL_SMARTHOST) env.MAIL_SMARTHOST = (await startMailCatcher(outbox)).address;
+  if (!process.env.WORDPRESS_SMTP_RELAY) env.WORDPRESS_SMTP_RELAY = env.MAIL_SMARTHOST;
+  config = loadConfig(env);
   // The demo servers are built here, on this machine's host (the worker, its agent, registers it again).
   const registration = hostRegistrationOf(config, [...placedFamilies(config).keys()]);
   if (registration.families.length > 0) await registerHost(db, registration);
@@ -343,6 +379,7 @@ async function main() {
     config,
   });
   const caasNote = await caasDemoNote(db);
+  const wordpressNote = await wordpressDemoNote(db);
   await db.destroy();
   // The host's SeaweedFS (started by the seed) has ports besides S3 that take unauthenticated admin
   // calls (its master, gRPC): outbound fetches made for customers may not reach any of them.
@@ -389,9 +426,6 @@ async function main() {
   run('worker', tsxBin, ['workers/main.ts']);
   run('api', tsxBin, ['api/server.ts']);
   run('images', tsxBin, [...IMAGES_NODE_FLAGS, 'dataplane/images/main.ts']);
-  // Outgoing mail goes to a local catcher unless MAIL_SMARTHOST says where (no recipient's server is reachable from here).
-  const outbox = path.join(dataDir, 'mail-outbox');
-  if (!process.env.MAIL_SMARTHOST) env.MAIL_SMARTHOST = (await startMailCatcher(outbox)).address;
   run('mail', tsxBin, ['dataplane/mail/main.ts']);
   run('serverless', tsxBin, ['dataplane/serverless/main.ts']);
   const apiUrl = `http://${config.HOST}:${config.PORT}`;
@@ -411,6 +445,7 @@ async function main() {
   Mail         http://${config.HOST}:${config.MAIL_PORT}/emails   (sending keys mg_live_...)   SMTP ${mailSmtpNote()}
                outgoing mail ${process.env.MAIL_SMARTHOST ? `relayed to ${process.env.MAIL_SMARTHOST}` : `kept in ${path.join(dataDir, 'mail-outbox')} (.eml)`}
   Apps         ${caasNote}
+  Sites        ${wordpressNote}
   Serverless   http://${config.HOST}:${config.SERVERLESS_PORT}/{cron,db,functions,kv}   (tokens crt_, dbt_, fnt_, kvt_ from /v1/serverless/*/keys/rotate)
   MCP          ${apiUrl}/mcp       (Streamable HTTP, Bearer credential; or \`npx cloud mcp\` on stdio)
   Temporal UI  ${config.TEMPORAL_UI_URL}

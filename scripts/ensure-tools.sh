@@ -32,6 +32,7 @@ bash scripts/install/powerdns.sh # PowerDNS for the DNS family's local server
 bash scripts/install/seaweedfs.sh # SeaweedFS for object storage
 bash scripts/install/caas.sh # podman, runc, iptables and mmdebstrap for container apps
 bash scripts/install/serverless.sh # Redis (kv) and bubblewrap (functions) for the serverless data planes
+bash scripts/install/wordpress.sh # WordPress, PHP 8.2 (fpm + CLI) and nginx for hosted sites
 
 # 3. PostgreSQL: an external server when DATABASE_URL is set, else the machine's own cluster.
 bash scripts/install/postgresql.sh

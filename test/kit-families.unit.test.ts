@@ -28,7 +28,7 @@ describe('family manifests', () => {
 
   it('each backend is its family’s: one field of Providers each, behind that family’s outage switch', () => {
     const backends = familyBackends();
-    expect(backends.map((b) => b.key)).toEqual(['hypervisor', 'lb', 'dbaas', 'dns', 'objectstorage', 'caas']);
+    expect(backends.map((b) => b.key)).toEqual(['hypervisor', 'lb', 'dbaas', 'dns', 'objectstorage', 'wordpress', 'caas']);
     for (const family of families) if (family.backend) expect(family.backend.family).toBe(family.name);
   });
 

@@ -43,6 +43,7 @@ describe('demo seed', () => {
         DBAAS_BACKEND: 'simulator',
         OBJECTSTORAGE_BACKEND: 'simulator',
         CAAS_BACKEND: 'simulator',
+        WORDPRESS_BACKEND: 'simulator',
       },
     );
     const keyring = Keyring.fromString('ab'.repeat(32));

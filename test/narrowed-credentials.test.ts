@@ -121,7 +121,8 @@ beforeAll(async () => {
     const made = await stack.http.post(`/_dev/dns/${id}/zone`, { body: { zone } });
     expect(made.status, made.text).toBe(200);
   }
-  Object.assign(fill, { zone: 'visible-zone.example', name: '@', type: 'NS' });
+  // `name` is also a recipe's (none of that name: 404 to everyone), `version` one of its versions.
+  Object.assign(fill, { zone: 'visible-zone.example', name: '@', type: 'NS', version: '1.0.0' });
   const visibleIds = Object.values(visible).map((id) => Number(id.slice(4)));
   const key = await createApiKey(stack.db, accountId, stack.owner.userId, {
     scopes: ALL_SCOPES.filter((s) => !SESSION_ONLY_SCOPES.includes(s)),
@@ -160,6 +161,8 @@ beforeAll(async () => {
     .insert({ service_id: Number(visible.caas.slice(4)), name: 'visible', default_host: `visible-${visible.caas.slice(4)}.apps.localhost` })
     .returning('id');
   fill.app_id = `app_${app.id}`;
+  // Hosted-site domain routes name a domain of the site (none here: the services are not built sites).
+  fill.domain_id = 'dom_1';
   for (const [service, label] of [
     [hiddenVps, 'hidden'],
     [visibleVps, 'visible'],

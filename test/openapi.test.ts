@@ -36,7 +36,12 @@ describe('GET /v1/openapi.json', () => {
 
   it('lints without errors under the recommended ruleset', async () => {
     const config = await createConfig({ extends: ['recommended'], rules: { 'info-license': 'off', 'info-license-url': 'off' } });
-    const problems = await lintFromString({ source: JSON.stringify(doc), absoluteRef: 'openapi.json', config });
+    // DECISIONS gives the recipe registry paths beside the site paths: `/v1/wordpress/recipes/{name}` and
+    // `/v1/wordpress/{id}/php` both match `/v1/wordpress/recipes/php` on paper. No site id is `recipes`
+    // (they are `svc_<n>`), and the router lists the recipe routes first (api/routes/wordpress/routes.ts).
+    const knownAmbiguity = (p: { ruleId: string; message: string }) =>
+      p.ruleId === 'no-ambiguous-paths' && p.message.includes('`/v1/wordpress/recipes/') && p.message.includes('`/v1/wordpress/{id}/');
+    const problems = (await lintFromString({ source: JSON.stringify(doc), absoluteRef: 'openapi.json', config })).filter((p) => !knownAmbiguity(p));
     const errors = problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer}`);
     expect(errors).toEqual([]);
     const warnings = problems.filter((p) => p.severity === 'warn').map((p) => `${p.ruleId}: ${p.message} at ${p.location[0]?.pointer}`);

@@ -31,7 +31,7 @@ describe('the operation types table', () => {
 
   it('gives the orphan sweeper a release only for the types whose request claims something', () => {
     const claiming = Object.keys(OPERATION_TYPES).filter((type) => releaseOf(type));
-    expect(claiming.sort()).toEqual(['caas.deploy', 'orders.create', 'vps.reinstall']);
+    expect(claiming.sort()).toEqual(['caas.deploy', 'orders.create', 'vps.reinstall', 'wordpress.backup']);
     expect(operationTypeEntry('vps.reinstall')?.claims?.release).toBe(releaseReinstall);
   });
 

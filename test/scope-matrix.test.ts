@@ -182,6 +182,14 @@ const SERVICE_KEYS: Record<string, (svc: { id: string; serviceId: number }) => P
  * (a per-account singleton: its paths name no service) is its newest service with a storage record.
  */
 const SEGMENT_SETUP: Record<string, (svc: { id: string; serviceId: number }, route: AnyRoute) => Promise<void>> = {
+  // A hosted site: a service of catalog family `wordpress` (Service family `other`) with a site's capabilities.
+  wordpress: async (svc) => {
+    const everything = Object.fromEntries(Object.keys(DEFAULT_CAPABILITIES.wordpress ?? {}).map((c) => [c, true]));
+    await stack
+      .db('services')
+      .where({ id: svc.serviceId })
+      .update({ product_family: 'wordpress', product: 'wordpress-starter', capabilities: JSON.stringify(everything) });
+  },
   // The account's image tenant: a service of catalog family `images` with its tenant record.
   images: async (svc) => {
     await stack.db('services').where({ id: svc.serviceId }).update({ product_family: 'images' });
@@ -250,7 +258,10 @@ async function actionPath(route: AnyRoute, svc: { id: string; serviceId: number 
 describe('status matrix: every action on a suspended or terminated service answers 409 conflict', () => {
   // Every mutation of a product family's routes, whatever path parameter names the service (`{id}`,
   // a DNS `{zone}`, ...); reads stay available.
-  const actions = routes.filter((r) => r.method !== 'get' && FAMILY_OF_SEGMENT[r.path.split('/')[2]] && r.path.split('/')[2] !== 'services');
+  // The recipe registry (`/v1/wordpress/recipes...`) is the account's, not a service's: no status applies.
+  const actions = routes.filter(
+    (r) => r.method !== 'get' && FAMILY_OF_SEGMENT[r.path.split('/')[2]] && r.path.split('/')[2] !== 'services' && !r.path.startsWith('/v1/wordpress/recipes'),
+  );
   it('covers every family action, also those keyed by a resource of the service', () => {
     expect(actions.length).toBeGreaterThan(0);
     expect(actions.filter((r) => !r.path.includes('{id}')).map((r) => `${r.method} ${r.path}`)).toContain('put /v1/dns/zones/{zone}/records/{name}/{type}');

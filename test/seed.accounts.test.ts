@@ -22,6 +22,7 @@ const seedConfig = loadConfig(
     DBAAS_BACKEND: 'simulator',
     OBJECTSTORAGE_BACKEND: 'simulator',
     CAAS_BACKEND: 'simulator',
+    WORDPRESS_BACKEND: 'simulator',
   },
 );
 const seed = () =>

@@ -14,5 +14,6 @@ export * from './lb';
 export * from './dbaas';
 export * from './objectstorage';
 export * from './serverless';
+export * from './wordpress';
 export * from './caas';
 export * from './services/service-teardown.workflow';

@@ -20,6 +20,8 @@ import * as mailgateway from './20261126000100_mailgateway';
 import * as mailIdempotency from './20261126000200_mail_idempotency';
 import * as serverless from './20261126000300_serverless';
 import * as caas from './20261126000400_caas';
+import * as wordpress from './20261126000500_wordpress';
+import * as wordpressDownloads from './20261126000600_wordpress_downloads';
 
 /**
  * Migrations are listed here rather than discovered on disk, so that they run the same under
@@ -52,6 +54,8 @@ const migrations: Array<[string, Knex.Migration]> = [
   ['20261126000200_mail_idempotency', mailIdempotency],
   ['20261126000300_serverless', serverless],
   ['20261126000400_caas', caas],
+  ['20261126000500_wordpress', wordpress],
+  ['20261126000600_wordpress_downloads', wordpressDownloads],
 ];
 
 export const migrationSource: Knex.MigrationSource<[string, Knex.Migration]> = {

@@ -37,7 +37,15 @@ export const DEMO_SERVICES = [
   { family: 'lb', product: 'lb-s', name: 'Load Balancer S', label: 'lb-1', primary_ip: '203.0.113.40', dev: false },
   { family: 'objectstorage', product: 'objectstorage-250', name: 'Object Storage 250 GB', label: 'storage', primary_ip: null, dev: false },
   { family: 'mailgateway', product: 'mailgateway-10k', name: 'Mail Gateway 10k', label: 'mail', primary_ip: null, dev: false },
-  { family: 'other', product: 'wordpress-starter', name: 'WordPress Starter', label: 'blog.example.test', primary_ip: '203.0.113.50', dev: false },
+  {
+    family: 'other',
+    productFamily: 'wordpress',
+    product: 'wordpress-starter',
+    name: 'WordPress Starter',
+    label: 'blog.example.test',
+    primary_ip: null,
+    dev: false,
+  },
   { family: 'other', product: 'images-basic', productFamily: 'images', name: 'Image Delivery Basic', label: 'images', primary_ip: null, dev: false },
 ] as const;
 
@@ -118,7 +126,9 @@ export async function seedCore(db: Knex, passwords: DemoPasswords): Promise<Seed
             billing_cycle: 'monthly',
             next_due_date: nextDue,
             capabilities: JSON.stringify(
-              svc.product === 'vps-container' ? { ...DEFAULT_CAPABILITIES.vps, console: true, reinstall: true } : DEFAULT_CAPABILITIES[svc.family],
+              svc.product === 'vps-container'
+                ? { ...DEFAULT_CAPABILITIES.vps, console: true, reinstall: true }
+                : (DEFAULT_CAPABILITIES['productFamily' in svc && svc.productFamily ? svc.productFamily : ''] ?? DEFAULT_CAPABILITIES[svc.family]),
             ),
           })
           .returning('*');

@@ -142,7 +142,8 @@ export const CATALOG: SeedProduct[] = [
     family: 'other',
     product_family: 'wordpress',
     requires_site_name: true,
-    options: [{ name: 'php_version', type: 'enum', required: false, default: '8.3', values: ['8.2', '8.3', '8.4'], description: 'PHP version' }],
+    // The PHP runtimes the hosts have (DECISIONS: locally 8.2).
+    options: [{ name: 'php_version', type: 'enum', required: false, default: '8.2', values: ['8.2'], description: 'PHP version' }],
     prices: { monthly: 8, annually: 80 },
   },
   {
@@ -213,7 +214,7 @@ export async function seedOrders(db: Knex): Promise<void> {
           family: p.family,
           product_family: p.product_family,
           options_schema: JSON.stringify(p.options ?? []),
-          capabilities: JSON.stringify(DEFAULT_CAPABILITIES[p.family] ?? {}),
+          capabilities: JSON.stringify(DEFAULT_CAPABILITIES[p.product_family] ?? DEFAULT_CAPABILITIES[p.family] ?? {}),
           requires_site_name: p.requires_site_name ?? false,
           hidden: p.hidden ?? false,
           retired: p.retired ?? false,

@@ -3,6 +3,7 @@ import { formatId } from '../../common/ids';
 import { voidOrderOfAbandonedOperation } from '../orders/orders';
 import { releaseReinstall } from '../vps/store';
 import { releaseDeployment } from '../caas/deployments';
+import { releaseBackupClaim } from '../wordpress/backups';
 import type { OperationResource } from './contract';
 
 /*
@@ -68,9 +69,13 @@ export const OPERATION_TYPES = {
   },
   // Families not built yet (DECISIONS lists their types): no workflow until they are.
   'objectstorage.empty': { workflow: 'objectStorageEmptyWorkflow', resource: 'bucket' },
-  'wordpress.backup': { workflow: null, resource: 'wordpress' },
-  'wordpress.restore': { workflow: null, resource: 'wordpress' },
-  'wordpress.recipe_apply': { workflow: null, resource: 'wordpress' },
+  'wordpress.backup': {
+    workflow: 'wordpressBackupWorkflow',
+    resource: 'wordpress',
+    claims: { what: 'the running backup row (one per site at a time)', release: releaseBackupClaim },
+  },
+  'wordpress.restore': { workflow: 'wordpressRestoreWorkflow', resource: 'wordpress' },
+  'wordpress.recipe_apply': { workflow: 'wordpressRecipeApplyWorkflow', resource: 'wordpress' },
 } as const satisfies Record<string, OperationTypeEntry>;
 
 type Table = typeof OPERATION_TYPES;

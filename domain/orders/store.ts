@@ -94,8 +94,11 @@ function siteNameTakenQuery(db: Knex | Knex.Transaction, siteName: string) {
               and (s.id is null or s.status not in ('terminated', 'cancelled'))
          ) or exists (
            select 1 from services where lower(label) = ? and status not in ('terminated', 'cancelled')
+         ) or exists (
+           -- a custom domain of a hosted site
+           select 1 from wordpress_domains where domain = ?
          ) as taken`,
-        [name, name],
+        [name, name, name],
       ),
     )
     .first();

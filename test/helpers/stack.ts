@@ -108,6 +108,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     DBAAS_BACKEND: 'simulator',
     OBJECTSTORAGE_BACKEND: 'simulator',
     CAAS_BACKEND: 'simulator',
+    WORDPRESS_BACKEND: 'simulator',
     ...(temporalKind === 'time-skipping' ? {} : SHORT_DURATIONS),
     ...(options.env ?? {}),
   });

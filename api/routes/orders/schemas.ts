@@ -106,7 +106,7 @@ export const CreateOrderBody = z
     promo_code: z.string().min(1).max(64).optional(),
     site_name: z
       .string()
-      .transform((v) => v.toLowerCase())
+      .transform((v) => v.toLowerCase().replace(/\.$/, ''))
       .pipe(z.string().regex(HOSTNAME, 'must be a hostname (letters, digits, hyphens and dots)'))
       .optional()
       .meta({ description: "Hosted sites: the site's hostname; must not be taken (`hostname_taken`)" }),

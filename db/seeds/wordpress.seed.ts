@@ -1,0 +1,25 @@
+import type { Knex } from 'knex';
+import type { Keyring } from '../../common/crypto';
+import { LIVE_STATUSES } from '../../domain/per-account';
+import { provisionTargetOf } from '../../domain/provisioning';
+import { WordpressProvisioner } from '../../domain/wordpress/provisioner';
+import type { Providers } from '../../providers';
+
+/**
+ * Every live hosted site gets its site as an order would build it: the seeded `blog.example.test`
+ * of the demo account answers HTTP after `npm start`. Idempotent: a built site is repaired where
+ * needed (its PHP started again, its server block rewritten), never installed twice.
+ */
+export async function seedWordpress(db: Knex, providers: Providers, keyring: Keyring): Promise<void> {
+  const provisioner = new WordpressProvisioner(db, providers, keyring);
+  const services: Array<{ id: number }> = await db('services')
+    .where({ product_family: 'wordpress' })
+    .whereNotNull('label')
+    .whereIn('status', [...LIVE_STATUSES])
+    .orderBy('id')
+    .select('id');
+  for (const s of services) {
+    const target = await provisionTargetOf(db, Number(s.id));
+    if (target) await provisioner.provision(target);
+  }
+}
