@@ -23,6 +23,8 @@ const UNIT = [
   'test/runtime.test.ts',
   'test/webhooks-delivery-client.test.ts',
   'test/webhooks-docs.test.ts',
+  // Chromium against a loopback page: no database, no Temporal.
+  'test/wordpress.pagespeed.test.ts',
   'test/workflow-lint.test.ts',
 ];
 

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Keyring } from '../../common/crypto';
+import { DEFAULT_CAPABILITIES } from '../../domain/capabilities';
 import { LIVE_STATUSES } from '../../domain/per-account';
 import { provisionTargetOf } from '../../domain/provisioning';
 import { WordpressProvisioner } from '../../domain/wordpress/provisioner';
@@ -12,6 +13,12 @@ import type { Providers } from '../../providers';
  */
 export async function seedWordpress(db: Knex, providers: Providers, keyring: Keyring): Promise<void> {
   const provisioner = new WordpressProvisioner(db, providers, keyring);
+  // Demo services seeded before the family existed: their product family and capabilities.
+  await db('services').where({ product: 'wordpress-starter' }).whereNull('product_family').update({ product_family: 'wordpress' });
+  await db('services')
+    .where({ product_family: 'wordpress' })
+    .whereRaw("capabilities = '{}'::jsonb")
+    .update({ capabilities: JSON.stringify(DEFAULT_CAPABILITIES.wordpress) });
   const services: Array<{ id: number }> = await db('services')
     .where({ product_family: 'wordpress' })
     .whereNotNull('label')
