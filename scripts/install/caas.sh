@@ -7,7 +7,7 @@
 # containers again after a reboot). policy-rc.d keeps the install from starting the package's units.
 set -euo pipefail
 
-log() { printf '\033[2m[setup]\033[0m %s\n' "$*"; }
+. "$(dirname "$0")/lib.sh"
 
 missing=()
 command -v podman >/dev/null 2>&1 || [ -x /usr/bin/podman ] || missing+=(podman)
@@ -17,14 +17,7 @@ command -v mmdebstrap >/dev/null 2>&1 || [ -x /usr/bin/mmdebstrap ] || missing+=
 
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]} from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  policy=/usr/sbin/policy-rc.d
-  had_policy=0
-  [ -e "$policy" ] && had_policy=1
-  if [ "$had_policy" = 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
-  trap '[ "$had_policy" = 0 ] && rm -f "$policy"' EXIT
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
 fi
 
 

@@ -7,24 +7,12 @@
 # base system's passwd package; providers/os-accounts.ts), not the package's `haproxy` account.
 set -euo pipefail
 
-log() { printf '\033[2m[setup]\033[0m %s\n' "$*"; }
+. "$(dirname "$0")/lib.sh"
 
 if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
   log "installing HAProxy from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  policy=/usr/sbin/policy-rc.d
-  had_policy=0
-  [ -e "$policy" ] && had_policy=1
-  if [ "$had_policy" = 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
-  trap '[ "$had_policy" = 0 ] && rm -f "$policy"' EXIT
-  apt-get update -qq
-  apt-get install -y -qq haproxy >/dev/null
+  apt_install haproxy
 fi
 
 # The system service, if any init system runs it: stopped and kept from starting at boot.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled haproxy >/dev/null 2>&1; then
-  systemctl disable --now haproxy >/dev/null 2>&1 || true
-elif [ -x /etc/init.d/haproxy ] && [ -f /run/haproxy.pid ]; then
-  /etc/init.d/haproxy stop >/dev/null 2>&1 || true
-  command -v update-rc.d >/dev/null 2>&1 && update-rc.d haproxy disable >/dev/null 2>&1 || true
-fi
+disable_service haproxy

@@ -7,7 +7,7 @@
 # stopped and disabled if an init system runs it.
 set -euo pipefail
 
-log() { printf '\033[2m[setup]\033[0m %s\n' "$*"; }
+. "$(dirname "$0")/lib.sh"
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
@@ -15,19 +15,7 @@ command -v bwrap >/dev/null 2>&1 || [ -x /usr/bin/bwrap ] || missing+=(bubblewra
 
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]} from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  policy=/usr/sbin/policy-rc.d
-  had_policy=0
-  [ -e "$policy" ] && had_policy=1
-  if [ "$had_policy" = 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
-  trap '[ "$had_policy" = 0 ] && rm -f "$policy"' EXIT
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
 fi
 
-if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled redis-server >/dev/null 2>&1; then
-  systemctl disable --now redis-server >/dev/null 2>&1 || true
-elif [ -x /etc/init.d/redis-server ] && [ -f /run/redis/redis-server.pid ]; then
-  /etc/init.d/redis-server stop >/dev/null 2>&1 || true
-  command -v update-rc.d >/dev/null 2>&1 && update-rc.d redis-server disable >/dev/null 2>&1 || true
-fi
+disable_service redis-server

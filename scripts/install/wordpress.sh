@@ -8,7 +8,7 @@
 # starting them, and they are stopped and disabled if an init system runs them.
 set -euo pipefail
 
-log() { printf '\033[2m[setup]\033[0m %s\n' "$*"; }
+. "$(dirname "$0")/lib.sh"
 
 packages=(nginx-light php8.2-fpm php8.2-cli php8.2-mysql php8.2-zip php8.2-xml php8.2-gd php8.2-curl php8.2-mbstring openssl
   wordpress wordpress-theme-twentytwentythree wordpress-theme-twentytwentytwo)
@@ -24,25 +24,9 @@ read -r -a missing <<<"${missing[*]}"
 
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]} from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  policy=/usr/sbin/policy-rc.d
-  had_policy=0
-  [ -e "$policy" ] && had_policy=1
-  if [ "$had_policy" = 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"; fi
-  trap '[ "$had_policy" = 0 ] && rm -f "$policy"' EXIT
-  apt-get update -qq
   # The web server first, so that wordpress's `apache2 | httpd` dependency is met by nginx.
-  web=()
-  for p in "${missing[@]}"; do [ "$p" = nginx-light ] && web+=(nginx-light); done
-  if [ "${#web[@]}" -gt 0 ]; then apt-get install -y -qq --no-install-recommends "${web[@]}" >/dev/null; fi
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  for p in "${missing[@]}"; do if [ "$p" = nginx-light ]; then apt_install nginx-light; fi; done
+  apt_install "${missing[@]}"
 fi
 
-for service in nginx php8.2-fpm apache2; do
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled "$service" >/dev/null 2>&1; then
-    systemctl disable --now "$service" >/dev/null 2>&1 || true
-  elif [ -x "/etc/init.d/$service" ]; then
-    "/etc/init.d/$service" stop >/dev/null 2>&1 || true
-    command -v update-rc.d >/dev/null 2>&1 && update-rc.d "$service" disable >/dev/null 2>&1 || true
-  fi
-done
+for service in nginx php8.2-fpm apache2; do disable_service "$service"; done
