@@ -31,8 +31,8 @@ import {
  * `/_cloud/generation` with the number of the configuration it runs, so a caller knows its change
  * serves before it answers (nginx's own reload is asynchronous).
  *
- * The access log format holds the path without its query string (`$uri`): autologin tokens travel
- * in the query and must never reach a log.
+ * The access log format holds the requested path without its query string (`$request_uri` up to
+ * its `?`): autologin tokens travel in the query and must never reach a log.
  */
 const INSTALL_FIX = 'run bash scripts/install/wordpress.sh (as root): it installs nginx, php8.2-fpm and wordpress from Debian';
 const CONFIG = 'nginx.conf';
@@ -185,8 +185,10 @@ function mainConfig(dataDir: string, settings: NginxSettings, webAccount: string
     `  proxy_temp_path ${quoted(path.join(tmp, 'proxy'))};`,
     `  uwsgi_temp_path ${quoted(path.join(tmp, 'uwsgi'))};`,
     `  scgi_temp_path ${quoted(path.join(tmp, 'scgi'))};`,
-    // The path without the query string: autologin tokens never reach a log.
-    `  log_format cloud '$time_iso8601 $status $request_method $uri $body_bytes_sent $request_time "$http_user_agent"';`,
+    // The path the client asked for without the query string: autologin tokens never reach a log.
+    // Not `$uri`: after WordPress's `try_files ... /index.php` it is `/index.php` for every page.
+    '  map $request_uri $cloud_log_path { "~^(?<cloud_path>[^?]*)" $cloud_path; default "-"; }',
+    `  log_format cloud '$time_iso8601 $status $request_method $cloud_log_path $body_bytes_sent $request_time "$http_user_agent"';`,
     '  access_log off;',
     '  server {',
     `    listen ${joinHostPort(settings.bindAddress, settings.port)} default_server;`,

@@ -760,7 +760,7 @@ const MONTHS: Record<string, string> = {
 /** One line of a site log as `{timestamp, source, level, message}` (the format of each source is fixed by its writer). */
 export function parseLogLine(source: 'access' | 'error' | 'php', line: string): WpLogLine {
   if (source === 'access') {
-    // $time_iso8601 $status $request_method $uri $body_bytes_sent $request_time "$http_user_agent"
+    // $time_iso8601 $status $request_method $path (the requested path, no query) $body_bytes_sent $request_time "$http_user_agent"
     const [time, status] = line.split(' ', 2);
     const code = Number(status);
     const ts = new Date(time);
