@@ -198,6 +198,10 @@ describe('a real WordPress site', () => {
     const title = titleOf((await viaNginx('shop.example.test')).body);
     expect(title).toContain('shop.example.test');
     expect(title).not.toContain('Changed');
+    // wp-content came back readable by the web server (its theme's static files are served).
+    const css = await viaNginx('shop.example.test', '/wp-content/themes/twentytwentythree/style.css');
+    expect(css.status).toBe(200);
+    expect(css.body).toContain('Twenty Twenty-Three');
   }, 240_000);
 
   it('core update to the latest offered version runs the database upgrade', async () => {
@@ -341,5 +345,17 @@ describe('tenants on one host', () => {
       { uid: account.uid, gid: account.gid, encoding: 'utf8' },
     );
     expect(connect).toMatch(/^refused: Permission denied/);
+    // A link in one site's files to another site's file is not followed by the web server (whose group reads every wp-content).
+    const link = path.join(root(site.serviceId), 'public', 'wp-content', 'uploads', 'peek.txt');
+    execFileSync('ln', ['-s', path.join(root(other.serviceId), 'config', 'db-ca.pem'), link], { uid: account.uid, gid: account.gid });
+    execFileSync('ln', ['-s', path.join(root(other.serviceId), 'public', 'wp-content', 'plugins', 'akismet', 'readme.txt'), `${link}2`], {
+      uid: account.uid,
+      gid: account.gid,
+    });
+    for (const name of ['peek.txt', 'peek.txt2']) {
+      const peek = await viaNginx('shop.example.test', `/wp-content/uploads/${name}`);
+      expect(peek.status).not.toBe(200);
+      expect(peek.body).not.toMatch(/BEGIN CERTIFICATE|Akismet/);
+    }
   }, 300_000);
 });

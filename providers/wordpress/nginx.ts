@@ -1,6 +1,7 @@
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { BackendRefusedError } from '../errors';
 import {
   adoptOrStart,
   awaitDaemonReady,
@@ -94,6 +95,26 @@ const bare = (p: string) => {
   return p;
 };
 
+/** nginx would not take a configuration (its test failed, or two sites claim one name). */
+export class NginxRefused extends Error {
+  constructor(
+    message: string,
+    /** Written for customers. */
+    readonly customerMessage: string,
+  ) {
+    super(message);
+    this.name = 'NginxRefused';
+  }
+}
+
+function readOrNull(file: string): string | null {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
 /** The server block of one site. Host names are checked again here: a bad one never reaches the file. */
 export function siteBlock(settings: NginxSettings, site: NginxSite): string {
   for (const host of site.hosts) if (!SERVER_NAME.test(host)) throw new Error(`refusing server name ${JSON.stringify(host)}`);
@@ -179,6 +200,12 @@ function mainConfig(dataDir: string, settings: NginxSettings, webAccount: string
     '  sendfile on;',
     '  keepalive_timeout 30;',
     '  server_tokens off;',
+    // Long host names (labels of 63 characters, names of 253) must not make the configuration fail.
+    '  server_names_hash_bucket_size 256;',
+    '  server_names_hash_max_size 16384;',
+    // A link in a site's files is followed only to a file of the link's owner: a site cannot link
+    // to another site's wp-content, which the web server's group may read.
+    '  disable_symlinks if_not_owner;',
     '  client_max_body_size 256m;',
     `  client_body_temp_path ${quoted(path.join(tmp, 'body'))};`,
     `  fastcgi_temp_path ${quoted(path.join(tmp, 'fastcgi'))};`,
@@ -312,6 +339,16 @@ export class WordpressNginx {
     await withFileLock(path.join(this.dir, 'config.lock'), async () => {
       const siteFile = path.join(this.dir, 'sites', `${key}.conf`);
       const cdnFile = path.join(this.dir, 'cdn', `${key}.conf`);
+      const before = { site: readOrNull(siteFile), cdn: readOrNull(cdnFile) };
+      const putBack = () => {
+        for (const [file, content] of [
+          [siteFile, before.site],
+          [cdnFile, before.cdn],
+        ] as const) {
+          if (content === null) rmSync(file, { force: true });
+          else writeAtomic(file, content);
+        }
+      };
       if (site) {
         if (site.cdnPrefix) mkdirSync(path.join(this.dir, 'cdn-cache'), { recursive: true, mode: 0o755 });
         writeAtomic(siteFile, cdnCachePath(site, this.cdnCacheDir(key)) + siteBlock(settings, site));
@@ -321,7 +358,14 @@ export class WordpressNginx {
         rmSync(siteFile, { force: true });
         rmSync(cdnFile, { force: true });
       }
-      await this.reload(settings);
+      try {
+        await this.reload(settings);
+      } catch (err) {
+        // The change is not made: every other site keeps being served by the configuration before it.
+        putBack();
+        if (err instanceof NginxRefused) throw new BackendRefusedError('wordpress', err.customerMessage, 'validation_failed', 'domain');
+        throw err;
+      }
       // A CDN turned off forgets what it cached: turned on again, it starts empty.
       if (!site?.cdnPrefix) rmSync(this.cdnCacheDir(key), { recursive: true, force: true });
     });
@@ -354,11 +398,15 @@ export class WordpressNginx {
     const s = settings ?? (await this.ensure());
     const generation = this.nextGeneration();
     writeAtomic(path.join(this.dir, CONFIG), mainConfig(this.dir, s, this.options.webAccount, generation));
+    let checked: { stderr: string };
     try {
-      await run(nginxBinary(), ['-t', '-q', '-e', path.join(this.dir, 'error.log'), '-c', path.join(this.dir, CONFIG)]);
+      checked = await run(nginxBinary(), ['-t', '-e', path.join(this.dir, 'error.log'), '-c', path.join(this.dir, CONFIG)]);
     } catch (err) {
-      throw new Error(`nginx refused the WordPress configuration: ${(err as Error).message}`);
+      throw new NginxRefused(`nginx refused the WordPress configuration: ${(err as Error).message}`, 'The web server cannot take this host name.');
     }
+    // A name another site serves is only a warning to nginx (the first file wins): refused here.
+    const conflict = /conflicting server name "([^"]*)"/.exec(checked.stderr);
+    if (conflict) throw new NginxRefused(`nginx: ${conflict[0]}`, `The host name ${conflict[1]} is served by another site.`);
     const pid = await readPidFile(path.join(this.dir, PIDFILE));
     if (pid === null) throw new Error('nginx (WordPress sites) has no pidfile');
     process.kill(pid, 'SIGHUP');

@@ -20,6 +20,12 @@ import type { WpPhpSettings } from '../wordpress.provider';
  */
 const INSTALL_FIX = 'run bash scripts/install/wordpress.sh (as root): it installs php8.2-fpm';
 
+/**
+ * What a site's PHP may not call, in its pool and in the platform's helper alike: starting processes
+ * (and `mail`/`putenv`, the usual way around that with `LD_PRELOAD`), loading extensions.
+ */
+export const SITE_DISABLED_FUNCTIONS = 'exec,passthru,shell_exec,system,proc_open,popen,pcntl_exec,dl,mail,putenv';
+
 export const DEFAULT_PHP_SETTINGS: WpPhpSettings = {
   memory_limit: '256M',
   upload_max_filesize: '64M',
@@ -90,7 +96,7 @@ function config(site: FpmSite): string {
     'session.save_path': tmp,
     // Written by the pool's workers, as the site: in its own private directory.
     error_log: path.join(site.root, 'private', 'php.log'),
-    disable_functions: 'exec,passthru,shell_exec,system,proc_open,popen,pcntl_exec,dl',
+    disable_functions: SITE_DISABLED_FUNCTIONS,
     allow_url_include: 'Off',
     expose_php: 'Off',
     ...site.ini,
@@ -167,8 +173,10 @@ export class SitePhpFpm {
       if (alive && sameVersion) {
         if (opts.reload) {
           process.kill(pid, 'SIGUSR2');
-          // The master answers again on its socket once it has re-executed.
-          await waitFor(() => socketAnswers(fpmSocket(this.root)), 10_000, 50);
+          // The master answers again on its socket once it has re-executed; one that does not failed its reload.
+          const answered = await waitFor(() => socketAnswers(fpmSocket(this.root)), 10_000, 50);
+          if (!answered)
+            throw new Error(`php-fpm of ${path.basename(this.root)} did not come back from its reload; see ${path.join(this.root, 'logs', 'php-fpm.log')}`);
         }
         return;
       }

@@ -1,9 +1,19 @@
 import { randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream, existsSync, mkdirSync, promises as fs, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  constants as fsConstants,
+  createReadStream,
+  createWriteStream,
+  existsSync,
+  promises as fs,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { chownTree, makeDirectory, run, runningAsRoot, streamOutput, tailLines, withFileLock } from '../local-server';
+import { killProcessesOf, makeDirectory, run, runningAsRoot, streamOutput, tailLines, withFileLock } from '../local-server';
 import { accountNameFor, ensureAccount, isolatedAccounts, lookupAccount, removeAccount, type OsAccount } from '../os-accounts';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../errors';
 import type {
@@ -24,7 +34,7 @@ import type {
 import { runHelper, sitePhpIni } from './helper';
 import { LocalCertificateAuthority } from './local-ca';
 import { SERVER_NAME, WordpressNginx, type NginxSettings } from './nginx';
-import { DEFAULT_PHP_SETTINGS, fpmSocket, installedPhpVersions, phpCliBinary, SitePhpFpm } from './php-fpm';
+import { DEFAULT_PHP_SETTINGS, fpmSocket, installedPhpVersions, phpCliBinary, SITE_DISABLED_FUNCTIONS, SitePhpFpm } from './php-fpm';
 import { LocalPluginDirectory } from './plugin-directory';
 import { BASE_CORE_VERSION, coreVersionOf, coreVersions, ensureSecrets, layoutSite, prepareCore, sitePaths, switchCore, writeConstants } from './site-files';
 
@@ -60,6 +70,8 @@ interface SiteState {
 
 const siteKey = (serviceId: number) => `svc-${serviceId}`;
 const HELPER_TIMEOUT_MS = 120_000;
+/** Archiving, dumping and importing a big site: bounded by the activity's heartbeat instead (a lost worker), not by a short timer. */
+const LONG_MS = 6 * 3_600_000;
 
 export class WordpressLocalProvider implements WordpressProvider {
   private readonly dataDir: string;
@@ -153,7 +165,22 @@ export class WordpressLocalProvider implements WordpressProvider {
         account: await this.account(state),
         phpBinary: phpCliBinary(state.phpVersion),
         timeoutMs,
-        ini: await sitePhpIni(root),
+        ini: {
+          ...(await sitePhpIni(root)),
+          // The site's plugins run here too: the same limits as its pool.
+          disable_functions: SITE_DISABLED_FUNCTIONS,
+          open_basedir: [
+            root,
+            path.join(this.dataDir, 'platform'),
+            path.join(this.dataDir, 'scratch', siteKey(serviceId)),
+            '/usr/share/php',
+            '/usr/share/zoneinfo',
+          ]
+            .map((d) => `${d}/`)
+            .join(':'),
+          sys_temp_dir: path.join(root, 'tmp'),
+          upload_tmp_dir: path.join(root, 'tmp'),
+        },
       },
       command,
       args,
@@ -284,12 +311,16 @@ export class WordpressLocalProvider implements WordpressProvider {
 
   async destroySite(serviceId: number): Promise<void> {
     const root = this.root(serviceId);
-    if (!existsSync(root)) return;
     const state = this.state(serviceId);
+    // The account as createSite names it, also when the site's state was never written.
+    const accountName = state?.account ?? (isolatedAccounts() ? accountNameFor('wp', this.dataDir, siteKey(serviceId)) : null);
     await this.nginx.putSite(siteKey(serviceId), null).catch(() => undefined);
     if (state) await this.fpm(serviceId, state).stop();
+    // Its processes go before its files: none can steer the removal elsewhere.
+    if (accountName) await killProcessesOf(accountName);
     await fs.rm(root, { recursive: true, force: true });
-    if (state?.account) await removeAccount(state.account);
+    await fs.rm(path.join(this.dataDir, 'scratch', siteKey(serviceId)), { recursive: true, force: true });
+    if (accountName) await removeAccount(accountName);
   }
 
   async live(serviceId: number): Promise<WpLive> {
@@ -306,10 +337,9 @@ export class WordpressLocalProvider implements WordpressProvider {
     if (!names.includes(primary)) throw new BackendRefusedError('wordpress', 'The primary name must be one of the names.', 'validation_failed', 'domain');
     await this.withSiteLock(serviceId, async () => {
       const state = this.requireState(serviceId);
-      state.hosts = names;
-      state.primary = primary;
-      this.saveState(serviceId, state);
-      await this.serve(serviceId, state);
+      // Recorded once nginx took the names (it refuses one another site serves).
+      await this.serve(serviceId, { ...state, hosts: names, primary });
+      this.saveState(serviceId, { ...state, hosts: names, primary });
       await this.helper(serviceId, 'urls.set', { url: `http://${primary}` });
     });
   }
@@ -325,19 +355,17 @@ export class WordpressLocalProvider implements WordpressProvider {
   }
 
   async installPlugin(serviceId: number, slug: string, zipPath: string, activate: boolean): Promise<WpPlugin> {
-    // The helper runs as the site's account: the zip is copied where that account may read it.
-    const root = this.root(serviceId);
+    // The helper runs as the site's account: the zip is staged where that account may read it and
+    // nothing it controls can redirect root's copy (a directory of root's, the file made exclusive).
     const state = this.requireState(serviceId);
-    const staged = path.join(root, 'tmp', `plugin-${randomBytes(8).toString('hex')}.zip`);
-    mkdirSync(path.dirname(staged), { recursive: true });
-    await fs.copyFile(zipPath, staged);
     const account = await this.account(state);
-    if (account && runningAsRoot()) await fs.chown(staged, account.uid, account.gid);
-    try {
-      return await this.helper<WpPlugin>(serviceId, 'plugin.install', { slug, zip: staged, activate });
-    } finally {
-      rmSync(staged, { force: true });
-    }
+    return this.withRootScratch(serviceId, account, async (dir) => {
+      const staged = path.join(dir, 'plugin.zip');
+      await fs.copyFile(zipPath, staged, fsConstants.COPYFILE_EXCL);
+      await fs.chmod(staged, 0o640);
+      if (account && runningAsRoot()) await fs.lchown(staged, 0, account.gid);
+      return this.helper<WpPlugin>(serviceId, 'plugin.install', { slug, zip: staged, activate });
+    });
   }
 
   async activatePlugin(serviceId: number, slug: string): Promise<WpPlugin> {
@@ -422,6 +450,15 @@ export class WordpressLocalProvider implements WordpressProvider {
     return this.withSiteLock(serviceId, async () => {
       const state = this.requireState(serviceId);
       state.settings = { ...state.settings, ...settings };
+      // Checked here, under the site's lock, against what the site has: two changes at once cannot both pass.
+      if (phpBytes(state.settings.post_max_size) < phpBytes(state.settings.upload_max_filesize)) {
+        throw new BackendRefusedError(
+          'wordpress',
+          `post_max_size (${state.settings.post_max_size}) must be at least upload_max_filesize (${state.settings.upload_max_filesize}).`,
+          'validation_failed',
+          'post_max_size' in settings ? 'post_max_size' : 'upload_max_filesize',
+        );
+      }
       await this.fpm(serviceId, state).apply({ reload: true });
       this.saveState(serviceId, state);
       return { version: state.phpVersion, settings: state.settings };
@@ -516,69 +553,136 @@ export class WordpressLocalProvider implements WordpressProvider {
     }
   }
 
-  /** A scratch directory of the site's account inside its directory, removed after `fn`. */
-  private async withScratch<T>(serviceId: number, fn: (dir: string, account: OsAccount | null) => Promise<T>): Promise<T> {
-    const state = this.requireState(serviceId);
-    const account = await this.account(state);
-    const dir = path.join(this.root(serviceId), 'tmp', `backup-${randomBytes(8).toString('hex')}`);
-    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    if (account && runningAsRoot()) await fs.chown(dir, account.uid, account.gid);
+  /**
+   * A scratch directory of root's for one piece of work on a site (`<data>/scratch/svc-<n>/<random>`,
+   * root:site 0750: the site's account may read what root puts there, never write), removed after
+   * `fn`. Root never works in a directory the site's account can write: a link planted there could
+   * turn root's write, chown or delete onto any file of the host.
+   */
+  private async withRootScratch<T>(serviceId: number, account: OsAccount | null, fn: (dir: string) => Promise<T>): Promise<T> {
+    const parent = path.join(this.dataDir, 'scratch', siteKey(serviceId));
+    await makeDirectory(parent, 0o711);
+    if (runningAsRoot()) await fs.lchown(parent, 0, 0);
+    const dir = path.join(parent, randomBytes(8).toString('hex'));
+    await fs.mkdir(dir, { mode: 0o750 });
+    if (account && runningAsRoot()) await fs.lchown(dir, 0, account.gid);
     try {
-      return await fn(dir, account);
+      return await fn(dir);
     } finally {
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Removes a tree of the site's own files that sits in a directory of root's: its contents are
+   * deleted by the site's account (`find -delete` follows no link), then root removes the empty
+   * directory. Root never walks a tree the site can write to.
+   */
+  private async removeAsSite(dir: string, account: OsAccount | null): Promise<void> {
+    if (!(await fs.lstat(dir).catch(() => null))) return;
+    if (account && runningAsRoot()) {
+      await run('find', [dir, '-xdev', '-mindepth', '1', '-delete'], { as: account, timeoutMs: LONG_MS }).catch(() => undefined);
+      await fs.rmdir(dir);
+    } else {
       await fs.rm(dir, { recursive: true, force: true });
     }
   }
 
   async backup(serviceId: number, archivePath: string): Promise<{ sizeBytes: number }> {
     const root = this.root(serviceId);
-    return this.withScratch(serviceId, async (scratch, account) => {
+    const state = this.requireState(serviceId);
+    const account = await this.account(state);
+    return this.withRootScratch(serviceId, account, async (scratch) => {
+      // 1. wp-content, archived by the site's account (its files, links included, read with its rights only)
+      //    into a file root opened in its own scratch directory.
+      const tarFile = path.join(scratch, 'site.tar');
+      const out = await fs.open(tarFile, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+      try {
+        await pipeline(
+          streamOutput('tar', ['-cf', '-', '-C', path.join(root, 'public'), 'wp-content'], { as: account ?? undefined, timeoutMs: LONG_MS }),
+          out.createWriteStream(),
+        );
+      } finally {
+        await out.close().catch(() => undefined);
+      }
+      // 2. The database, dumped by root into its scratch directory and appended to the archive.
       const dump = path.join(scratch, 'database.sql');
       await this.withDbDefaults(serviceId, async (defaults, database) => {
-        const out = createWriteStream(dump, { mode: 0o600 });
-        await pipeline(
-          streamOutput('mariadb-dump', [
-            `--defaults-extra-file=${defaults}`,
-            '--single-transaction',
-            '--skip-lock-tables',
-            '--add-drop-table',
-            '--default-character-set=utf8mb4',
-            '--',
-            database,
-          ]),
-          out,
-        );
+        const handle = await fs.open(dump, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+        try {
+          await pipeline(
+            streamOutput(
+              'mariadb-dump',
+              [
+                `--defaults-extra-file=${defaults}`,
+                '--single-transaction',
+                '--skip-lock-tables',
+                '--add-drop-table',
+                '--default-character-set=utf8mb4',
+                '--',
+                database,
+              ],
+              { timeoutMs: LONG_MS },
+            ),
+            handle.createWriteStream(),
+          );
+        } finally {
+          await handle.close().catch(() => undefined);
+        }
       });
-      if (account && runningAsRoot()) await fs.chown(dump, account.uid, account.gid);
-      // tar runs as the site's account: its files (links included) are read with its rights only.
-      await fs.mkdir(path.dirname(archivePath), { recursive: true });
+      await run('tar', ['-rf', tarFile, '-C', scratch, 'database.sql'], { timeoutMs: LONG_MS });
+      // 3. Compressed to the archive, whole or not at all.
+      await fs.mkdir(path.dirname(archivePath), { recursive: true, mode: 0o700 });
       const partial = `${archivePath}.partial`;
-      await pipeline(
-        streamOutput('tar', ['-czf', '-', '-C', scratch, 'database.sql', '-C', path.join(root, 'public'), 'wp-content'], { as: account ?? undefined }),
-        createWriteStream(partial, { mode: 0o600 }),
-      );
-      renameSync(partial, archivePath);
+      try {
+        await pipeline(streamOutput('gzip', ['-c', '-6', '--', tarFile], { timeoutMs: LONG_MS }), createWriteStream(partial, { mode: 0o600 }));
+        renameSync(partial, archivePath);
+      } finally {
+        rmSync(partial, { force: true });
+      }
       return { sizeBytes: (await fs.stat(archivePath)).size };
     });
   }
 
+  /**
+   * Overwrites the database and `wp-content/` from an archive `backup` wrote. Idempotent, and safe
+   * to run again after a crash at any point:
+   * 1. the dump (appended by root, never the site's) is taken out by root into its own scratch
+   *    directory and imported by the `mariadb` client in sandbox mode (no `\!`, no file access, no
+   *    `LOCAL INFILE`), after every table of the site's database is dropped;
+   * 2. `wp-content/` is unpacked by the site's account into `trash/incoming` (made by root in the
+   *    site's root-owned `trash/`, beside `public/`, so it is never served and cannot be swapped for
+   *    a link), then put in place by two renames in root's directories; a crash between them is
+   *    finished by the next run, and the old tree is emptied by the site's account.
+   */
   async restore(serviceId: number, archivePath: string): Promise<void> {
     if (!existsSync(archivePath)) throw new BackendGoneError('wordpress', 'backup archive', 'The backup archive is gone.');
     const root = this.root(serviceId);
-    await this.withSiteLock(serviceId, () =>
-      this.withScratch(serviceId, async (scratch, account) => {
-        // Unpacked as the site's account, into its own scratch directory.
-        await run('tar', ['-xzf', '-', '--no-same-owner', '--no-same-permissions', '-C', scratch], {
-          as: account ?? undefined,
-          input: createReadStream(archivePath) as AsyncIterable<Buffer>,
-        });
+    const live = path.join(root, 'public', 'wp-content');
+    // Beside public/ (never served), root's; the site's account may enter it by name only.
+    const trash = path.join(root, 'trash');
+    const incoming = path.join(trash, 'incoming');
+    const old = path.join(trash, 'old');
+    await this.withSiteLock(serviceId, async () => {
+      const state = this.requireState(serviceId);
+      const account = await this.account(state);
+      const webGid = isolatedAccounts() ? ((await lookupAccount(this.webAccountName()))?.gid ?? null) : null;
+      await fs.mkdir(trash, { recursive: true, mode: 0o710 });
+      if (account && runningAsRoot()) await fs.lchown(trash, 0, account.gid);
+      await fs.chmod(trash, 0o710);
+      // A run that crashed between the two renames left wp-content aside: put it back first.
+      if (!existsSync(live) && existsSync(old)) renameSync(old, live);
+      await this.removeAsSite(old, account);
+      await this.removeAsSite(incoming, account);
+
+      await this.withRootScratch(serviceId, account, async (scratch) => {
+        await run('tar', ['-xzf', archivePath, '-C', scratch, '--no-same-owner', 'database.sql'], { timeoutMs: LONG_MS });
         const dump = path.join(scratch, 'database.sql');
-        const content = path.join(scratch, 'wp-content');
-        const [dumpStat, contentStat] = await Promise.all([fs.lstat(dump).catch(() => null), fs.lstat(content).catch(() => null)]);
-        if (!dumpStat?.isFile() || !contentStat?.isDirectory()) throw new BackendRefusedError('wordpress', 'The backup archive is not complete.', 'conflict');
+        if (!(await fs.lstat(dump).catch(() => null))?.isFile()) throw new BackendRefusedError('wordpress', 'The backup archive is not complete.', 'conflict');
         await this.withDbDefaults(serviceId, async (defaults, database) => {
+          const client = [`--defaults-extra-file=${defaults}`, '--sandbox', '--local-infile=0', '--default-character-set=utf8mb4'];
           const { stdout } = await run('mariadb', [
-            `--defaults-extra-file=${defaults}`,
+            ...client,
             '-N',
             '-B',
             '-e',
@@ -592,15 +696,27 @@ export class WordpressLocalProvider implements WordpressProvider {
             yield Buffer.from(`SET FOREIGN_KEY_CHECKS=0;\n${drops}\n`);
             for await (const chunk of createReadStream(dump)) yield chunk as Buffer;
           })();
-          await run('mariadb', [`--defaults-extra-file=${defaults}`, '--default-character-set=utf8mb4', '--', database], { input });
+          await run('mariadb', [...client, '--', database], { input, timeoutMs: LONG_MS });
         });
-        // wp-content swapped in one rename each; the old one is removed with the scratch directory.
-        const live = path.join(root, 'public', 'wp-content');
-        renameSync(live, path.join(scratch, 'wp-content.old'));
-        renameSync(content, live);
-        if (account) await chownTree(live, account);
-      }),
-    );
+      });
+
+      // wp-content: a directory of the site's (with the web server's group, setgid) in root's public/.
+      await fs.mkdir(incoming, { mode: 0o2750 });
+      if (account && runningAsRoot()) await fs.lchown(incoming, account.uid, webGid ?? account.gid);
+      await fs.chmod(incoming, webGid !== null ? 0o2750 : 0o755);
+      await run('tar', ['-xzf', '-', '--no-same-owner', '--no-same-permissions', '--strip-components=1', '-C', incoming, 'wp-content'], {
+        as: account ?? undefined,
+        input: createReadStream(archivePath) as AsyncIterable<Buffer>,
+        timeoutMs: LONG_MS,
+      });
+      renameSync(live, old);
+      renameSync(incoming, live);
+      await this.removeAsSite(old, account);
+    });
+    // The database holds the URLs and CDN setting of the backup's day: today's are put back.
+    const state = this.requireState(serviceId);
+    await this.helper(serviceId, 'urls.set', { url: `http://${state.primary}` });
+    await this.helper(serviceId, 'cdn.set', { url: state.cdn ? this.cdnUrl(serviceId) : null });
     // Cached pages and objects belong to the old content.
     await this.flushCache(serviceId).catch(() => undefined);
   }
@@ -614,10 +730,9 @@ export class WordpressLocalProvider implements WordpressProvider {
 
   async setCdn(serviceId: number, url: string | null): Promise<void> {
     await this.withSiteLock(serviceId, async () => {
-      const state = this.requireState(serviceId);
-      state.cdn = url !== null;
-      this.saveState(serviceId, state);
+      const state = { ...this.requireState(serviceId), cdn: url !== null };
       await this.serve(serviceId, state);
+      this.saveState(serviceId, state);
       await this.helper(serviceId, 'cdn.set', { url });
     });
   }
@@ -742,6 +857,16 @@ function httpStatus(settings: NginxSettings, host: string, urlPath: string, time
   });
 }
 
+/** PHP's size shorthand (`64M`, `1G`) in bytes. */
+function phpBytes(value: string): number {
+  const m = /^(\d+)([KMG]?)$/i.exec(value.trim());
+  if (!m) return Number.NaN;
+  return Number(m[1]) * ({ '': 1, K: 1024, M: 1024 ** 2, G: 1024 ** 3 } as Record<string, number>)[m[2].toUpperCase()];
+}
+
+/** Autologin tokens in a request line (nginx's error log names the whole request) never reach an answer. */
+const redactTokens = (line: string) => line.replace(/([?&]cloud_autologin=)[^&\s"]*/g, '$1[redacted]');
+
 const MONTHS: Record<string, string> = {
   Jan: '01',
   Feb: '02',
@@ -758,7 +883,8 @@ const MONTHS: Record<string, string> = {
 };
 
 /** One line of a site log as `{timestamp, source, level, message}` (the format of each source is fixed by its writer). */
-export function parseLogLine(source: 'access' | 'error' | 'php', line: string): WpLogLine {
+export function parseLogLine(source: 'access' | 'error' | 'php', raw: string): WpLogLine {
+  const line = redactTokens(raw);
   if (source === 'access') {
     // $time_iso8601 $status $request_method $path (the requested path, no query) $body_bytes_sent $request_time "$http_user_agent"
     const [time, status] = line.split(' ', 2);
