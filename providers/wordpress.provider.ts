@@ -130,7 +130,8 @@ export interface WordpressProvider {
   destroySite(serviceId: number): Promise<void>;
   /**
    * Brings the site's processes back when they do not run (its PHP; the host's web server) and says
-   * what it had to start (`php`, `web`); [] when everything ran. The keeper calls it.
+   * what it had to start (`php`, `web`, `egress`: the site's network rules); [] when everything
+   * ran. The keeper calls it.
    */
   repair(serviceId: number): Promise<string[]>;
   /** Live state; throws BackendUnavailableError when the site does not answer. */

@@ -1,9 +1,18 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { crc32, deflateSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { logNormalScore, measurePageSpeed, PageSpeedUnavailable, performanceScore, type PageSpeedResult } from '../domain/wordpress/pagespeed';
+import {
+  logNormalScore,
+  measurePageSpeed,
+  pageSpeedAccount,
+  pageSpeedSandboxed,
+  PageSpeedUnavailable,
+  performanceScore,
+  type PageSpeedResult,
+} from '../domain/wordpress/pagespeed';
 
 /**
  * The live page-speed test (domain/wordpress/pagespeed.ts) in Debian's headless Chromium against a
@@ -34,6 +43,47 @@ function noisePng(width: number, height: number): Buffer {
     rows[i] = i % (width * 3 + 1) === 0 ? 0 : seed >> 16;
   }
   return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), chunk('IHDR', ihdr), chunk('IDAT', deflateSync(rows)), chunk('IEND', Buffer.alloc(0))]);
+}
+
+interface BrowserProcess {
+  pid: number;
+  /** Its command line, arguments joined by spaces (Chromium's children retitle themselves into one string). */
+  command: string;
+  /** Real, effective, saved and file-system uid. */
+  uids: number[];
+  /** 0 none, 2 a seccomp-bpf filter (Chromium's sandbox). */
+  seccomp: number;
+}
+
+/** The Chromium processes below this test process (the browser, its zygotes, renderers and utilities). */
+function browserProcesses(): BrowserProcess[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const found: BrowserProcess[] = [];
+  const todo = [...(children.get(process.pid) ?? [])];
+  while (todo.length) {
+    const pid = todo.pop()!;
+    todo.push(...(children.get(pid) ?? []));
+    try {
+      const command = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      if (!/^\S*chromium\b/.test(command)) continue;
+      const uids = /^Uid:\s+(.*)$/m.exec(status)![1].trim().split(/\s+/).map(Number);
+      found.push({ pid, command, uids, seccomp: Number(/^Seccomp:\s+(\d+)/m.exec(status)?.[1] ?? 0) });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
 }
 
 const IMAGE = noisePng(240, 160);
@@ -98,7 +148,12 @@ describe('measurePageSpeed', () => {
   it('measures mobile and desktop of the site reached by its Host name, within SPEC 30 s', async () => {
     seenHosts.length = 0;
     const started = Date.now();
-    const report = await measurePageSpeed({ url: `http://127.0.0.1:${port}/`, host: HOST });
+    // While it measures: which accounts Chromium's processes run as.
+    const seen = new Map<number, BrowserProcess>();
+    const watcher = setInterval(() => {
+      for (const p of browserProcesses()) seen.set(p.pid, p);
+    }, 100);
+    const report = await measurePageSpeed({ url: `http://127.0.0.1:${port}/`, host: HOST }).finally(() => clearInterval(watcher));
     const took = Date.now() - started;
     console.log(`pagespeed took ${took} ms`, JSON.stringify(report));
 
@@ -114,6 +169,20 @@ describe('measurePageSpeed', () => {
     // an IP address was not fetched: the browser resolves nothing but the site.
     expect(seenHosts.length).toBeGreaterThanOrEqual(6);
     expect(new Set(seenHosts)).toEqual(new Set([HOST]));
+
+    const processes = [...seen.values()];
+    const renderers = processes.filter((p) => p.command.includes(' --type=renderer '));
+    expect(renderers.length).toBeGreaterThan(0);
+    if (process.getuid?.() === 0) {
+      // As root: every Chromium process (renderers included) runs as the unprivileged page-speed account.
+      const account = await pageSpeedAccount(tmpdir());
+      expect(account.uid).toBeGreaterThan(0);
+      for (const p of processes) expect(p.uids, p.command.slice(0, 80)).toEqual([account.uid, account.uid, account.uid, account.uid]);
+      // Debian's Chromium sandboxes its renderers once it is not root: a seccomp-bpf filter, no --no-sandbox.
+      expect(pageSpeedSandboxed()).toBe(true);
+      for (const r of renderers) expect(r.seccomp).toBe(2);
+      expect(processes.some((p) => / --no-sandbox\b/.test(p.command))).toBe(false);
+    }
   });
 
   it('throws PageSpeedUnavailable with a customer-safe message when the site does not answer', async () => {
@@ -146,14 +215,22 @@ describe('measurePageSpeed', () => {
       const target = { url: `http://127.0.0.1:${(silent.address() as AddressInfo).port}/`, host: HOST };
       const started = Date.now();
       const first = measurePageSpeed(target, { timeoutMs: 3_000 }).catch((err: unknown) => err);
-      // One measurement at a time: a second caller waits in the queue, and its limit includes the wait.
-      const second = await measurePageSpeed(target, { timeoutMs: 1_000 }).catch((err: unknown) => err);
+      // The same site again while it is measured: no second place in the queue, the first one's answer.
+      const joined = measurePageSpeed(target, { timeoutMs: 20_000 }).catch((err: unknown) => err);
+      // One measurement at a time: another site's caller waits in the queue, and its limit includes the wait.
+      const second = await measurePageSpeed({ ...target, host: 'second.example.test' }, { timeoutMs: 1_000 }).catch((err: unknown) => err);
       expect(second).toBeInstanceOf(PageSpeedUnavailable);
       expect((second as PageSpeedUnavailable).reason).toBe('busy');
+      expect((second as Error).message).toBe('Another page-speed test is running; try again in a minute.');
+      // Joined with a shorter limit than what is running: busy at its own limit, the measurement goes on.
+      const impatient = await measurePageSpeed(target, { timeoutMs: 500 }).catch((err: unknown) => err);
+      expect((impatient as PageSpeedUnavailable).reason).toBe('busy');
+      expect((impatient as Error).message).toContain(`A page-speed test of ${HOST} is already running`);
       const error = await first;
       expect(error).toBeInstanceOf(PageSpeedUnavailable);
       expect((error as PageSpeedUnavailable).reason).toBe('timeout');
       expect((error as Error).message).toContain('within 3 s');
+      expect(await joined).toBe(error);
       expect(Date.now() - started).toBeLessThan(6_000);
       // The browser is gone: its connection to the site closes.
       await expect.poll(() => [...sockets].every((s) => s.destroyed), { timeout: 5_000 }).toBe(true);

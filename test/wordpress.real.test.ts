@@ -345,6 +345,24 @@ describe('tenants on one host', () => {
       { uid: account.uid, gid: account.gid, encoding: 'utf8' },
     );
     expect(connect).toMatch(/^refused: Permission denied/);
+    // Its network: its own database answers; the control plane's servers on this host (Temporal, the API) and another site's database refuse.
+    const tcp = (host: string, port: number) =>
+      execFileSync(
+        'php8.2',
+        [
+          '-r',
+          '$s = @stream_socket_client("tcp://" . $argv[1] . ":" . $argv[2], $errno, $errstr, 3); echo $s === false ? "refused" : "connected";',
+          host,
+          String(port),
+        ],
+        { uid: account.uid, gid: account.gid, encoding: 'utf8' },
+      );
+    const siteJson = (id: number) => JSON.parse(readFileSync(path.join(root(id), 'config', 'site.json'), 'utf8')) as { db: { host: string; port: number } };
+    expect(tcp(siteJson(site.serviceId).db.host, siteJson(site.serviceId).db.port)).toBe('connected');
+    expect(tcp(siteJson(other.serviceId).db.host, siteJson(other.serviceId).db.port)).toBe('refused');
+    const temporalAddress = stack.config.TEMPORAL_ADDRESS.split(':');
+    expect(tcp(temporalAddress[0], Number(temporalAddress[1]))).toBe('refused');
+    expect(tcp('127.0.0.1', Number(new URL(stack.url).port))).toBe('refused');
     // A link in one site's files to another site's file is not followed by the web server (whose group reads every wp-content).
     const link = path.join(root(site.serviceId), 'public', 'wp-content', 'uploads', 'peek.txt');
     execFileSync('ln', ['-s', path.join(root(other.serviceId), 'config', 'db-ca.pem'), link], { uid: account.uid, gid: account.gid });

@@ -4,6 +4,13 @@ import { PeriodicService } from '../../common/periodic';
 import type { Providers } from '../../providers';
 import { purgeExpiredRecipeSecrets } from './recipe-store';
 
+/** What each repair the backend reports is called in `monitoring/recovery`. */
+const REPAIRS: Record<string, { action: string; reason: string }> = {
+  php: { action: 'restart_php', reason: "the site's PHP was not running" },
+  web: { action: 'restart_web', reason: 'the web server was not serving the site' },
+  egress: { action: 'restore_firewall', reason: "the site's network rules were missing (a host restart)" },
+};
+
 /** After this many failed repairs in a row the platform gives up on a site (`halted`) until it answers again. */
 export const RECOVERY_HALT_AFTER = 3;
 
@@ -48,8 +55,8 @@ export class WordpressKeeper extends PeriodicService {
       for (const part of repaired) {
         await db('wordpress_recovery').insert({
           service_id: serviceId,
-          action: part === 'php' ? 'restart_php' : 'restart_web',
-          reason: part === 'php' ? "the site's PHP was not running" : 'the web server was not serving the site',
+          action: REPAIRS[part]?.action ?? `repair_${part}`,
+          reason: REPAIRS[part]?.reason ?? `the site's ${part} needed repair`,
           ok: true,
         });
       }

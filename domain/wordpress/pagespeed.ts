@@ -1,5 +1,10 @@
-import { existsSync } from 'node:fs';
-import type { Browser, BrowserContextOptions, CDPSession } from 'playwright-core';
+import { existsSync, promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Browser, BrowserContextOptions, CDPSession, LaunchOptions } from 'playwright-core';
+import { createLogger } from '../../common/logger';
+import { findBinary } from '../../providers/local-server';
+import { accountNameFor, ensureAccount, type OsAccount } from '../../providers/os-accounts';
 import { DomainError } from '../errors';
 
 /**
@@ -47,6 +52,25 @@ import { DomainError } from '../errors';
  * throttled load does not compete with another for the 2 cores. `timeoutMs` (default 30 s, SPEC's
  * upper bound) covers the wait in that queue too: a caller never waits longer; when it runs out the
  * browser is closed and PageSpeedUnavailable (`timeout`, or `busy` while still queued) is thrown.
+ *
+ * Fairness: at most one measurement per site (target host and URL) is queued or running. A second
+ * call for the same site while one is joins it and answers its result (or its error); when its own
+ * `timeoutMs` runs out first it gets `busy`. One customer pressing the button (or a script calling
+ * the endpoint in a loop) therefore holds at most one place per site in the queue, and a site's
+ * result is measured once for all its concurrent callers.
+ *
+ * Privileges: tenant pages are hostile input to a browser. Run as root (the API on a real host),
+ * Chromium runs as an unprivileged system account of its own (`cwp-pagespeed-<hash>`, made on first
+ * use, `accountNameFor('wp', accountRoot, 'pagespeed')`): Playwright starts a small wrapper script
+ * (root's, 0755, in a 0700 temporary directory of root's, removed after the run) that hands the
+ * run's fresh profile directory (Playwright's `--user-data-dir`) to that account, points HOME and
+ * the XDG directories into it, and execs Chromium through `setpriv --reuid --regid --clear-groups
+ * --inh-caps=-all`. Chromium then gets a minimal environment (PATH, LANG), never the API's. With
+ * its privileges dropped, Chromium's own sandbox works (Debian's Chromium uses unprivileged user
+ * namespaces plus seccomp-bpf; no setuid helper): `--no-sandbox` is left out. Should the sandbox not
+ * start on a machine (user namespaces disabled), the browser is started again without it, still as
+ * the unprivileged account, and that is logged once. Not root (a developer's checkout): Chromium
+ * runs as this process's account with `--no-sandbox`, as before.
  */
 
 export interface PageSpeedResult {
@@ -82,6 +106,8 @@ export interface PageSpeedOptions {
   /** Loads per form factor, 1 to 5 (default 1); the run with the median score is reported. */
   runs?: number;
   chromiumPath?: string;
+  /** The stable directory the browser's account name is derived from (default os.tmpdir()). */
+  accountRoot?: string;
 }
 
 export type PageSpeedFailure = 'unreachable' | 'error_status' | 'no_content' | 'timeout' | 'busy';
@@ -274,11 +300,13 @@ function resolverRules(host: string, target: URL): string {
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;
 
 let queue: Promise<void> = Promise.resolve();
+/** The measurement queued or running per site (module comment: fairness). */
+const inFlight = new Map<string, Promise<PageSpeedReport>>();
 
 /**
  * Mobile and desktop page speed of the site `target.host` served at `target.url` (module comment:
- * form factors, metrics, score, network, time limits). Throws PageSpeedUnavailable when the site
- * cannot be measured, with a message for the customer.
+ * form factors, metrics, score, network, time limits, fairness, privileges). Throws
+ * PageSpeedUnavailable when the site cannot be measured, with a message for the customer.
  */
 export async function measurePageSpeed(target: PageSpeedTarget, opts: PageSpeedOptions = {}): Promise<PageSpeedReport> {
   const deadline = Date.now() + (opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
@@ -291,17 +319,48 @@ export async function measurePageSpeed(target: PageSpeedTarget, opts: PageSpeedO
     throw new Error(`pagespeed: no Chromium at ${chromiumPath}; install it (scripts/install/chromium.sh) or set CHROMIUM_PATH`);
   }
 
-  // The queue: this call runs once the one before it is done. Leaving early (busy) keeps the order:
-  // the next call still waits for the one before this.
+  const key = `${target.host.toLowerCase()} ${url.href}`;
+  const running = inFlight.get(key);
+  if (running) return joinBeforeDeadline(running, target.host, deadline);
+  const mine = queued(() => measure(target, url, runs, chromiumPath, deadline, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.accountRoot), deadline);
+  inFlight.set(key, mine);
+  const forget = () => {
+    if (inFlight.get(key) === mine) inFlight.delete(key);
+  };
+  mine.then(forget, forget);
+  return mine;
+}
+
+/** Runs `fn` once the measurement before it is done (or throws `busy` at the deadline, keeping the order). */
+async function queued<T>(fn: () => Promise<T>, deadline: number): Promise<T> {
+  // Leaving early (busy) keeps the order: the next call still waits for the one before this.
   let release!: () => void;
   const mine = new Promise<void>((resolve) => (release = resolve));
   const previous = queue;
   queue = previous.then(() => mine);
   try {
     await beforeDeadline(previous, deadline);
-    return await measure(target, url, runs, chromiumPath, deadline, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    return await fn();
   } finally {
     release();
+  }
+}
+
+/** The result of the site's measurement already queued or running, or `busy` when `deadline` comes first. */
+async function joinBeforeDeadline(running: Promise<PageSpeedReport>, host: string, deadline: number): Promise<PageSpeedReport> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      running,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new PageSpeedUnavailable('busy', `A page-speed test of ${host} is already running; try again in a minute.`)),
+          Math.max(0, deadline - Date.now()),
+        );
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -322,7 +381,15 @@ async function beforeDeadline(previous: Promise<void>, deadline: number): Promis
   }
 }
 
-async function measure(target: PageSpeedTarget, url: URL, runs: number, chromiumPath: string, deadline: number, timeoutMs: number): Promise<PageSpeedReport> {
+async function measure(
+  target: PageSpeedTarget,
+  url: URL,
+  runs: number,
+  chromiumPath: string,
+  deadline: number,
+  timeoutMs: number,
+  accountRoot: string | undefined,
+): Promise<PageSpeedReport> {
   // Loaded here, not at import: the API process pays for it only when a test runs.
   const { chromium } = await import('playwright-core');
   const timeoutError = () =>
@@ -334,29 +401,48 @@ async function measure(target: PageSpeedTarget, url: URL, runs: number, chromium
 
   let browser: Browser | undefined;
   let timedOut = false;
+  let wrapperDir: string | null = null;
   const timer = setTimeout(() => {
     timedOut = true;
     void browser?.close().catch(() => undefined);
   }, remaining());
   try {
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      headless: true,
-      timeout: remaining(),
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--disable-extensions',
-        '--disable-renderer-backgrounding',
-        '--disable-background-timer-throttling',
-        `--host-resolver-rules=${resolverRules(target.host, url)}`,
-      ],
-    });
+    const args = [
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-extensions',
+      '--disable-renderer-backgrounding',
+      '--disable-background-timer-throttling',
+      `--host-resolver-rules=${resolverRules(target.host, url)}`,
+    ];
+    const launch = (options: LaunchOptions) => chromium.launch({ headless: true, timeout: remaining(), args, ...options });
+    if (process.getuid?.() !== 0) {
+      browser = await launch({ executablePath: chromiumPath, args: ['--no-sandbox', ...args] });
+    } else {
+      // Root: Chromium as the page-speed account (module comment: privileges).
+      const account = await pageSpeedAccount(accountRoot ?? os.tmpdir());
+      wrapperDir = await fs.mkdtemp(path.join(os.tmpdir(), 'cloud-pagespeed-'));
+      const wrapper = path.join(wrapperDir, 'chromium');
+      await fs.writeFile(wrapper, wrapperScript(account, chromiumPath), { mode: 0o755, flag: 'wx' });
+      const unprivileged = { executablePath: wrapper, env: browserEnv() };
+      if (sandbox) {
+        browser = await launch({ ...unprivileged, chromiumSandbox: true }).catch((err: unknown) => {
+          // Chromium's own words when neither user namespaces nor a setuid helper are available.
+          if (timedOut || !/No usable sandbox/i.test(String((err as Error).message))) throw err;
+          sandbox = false;
+          log.warn(
+            { err: String((err as Error).message).slice(0, 500) },
+            "Chromium's sandbox does not start here: page-speed tests run without it (still unprivileged)",
+          );
+          return undefined;
+        });
+      }
+      browser ??= await launch({ ...unprivileged, args: ['--no-sandbox', ...args] });
+    }
     if (timedOut) throw timeoutError();
     const forms = profiles(browser.version().split('.')[0]);
     const page = new URL(url.pathname + url.search, `${url.protocol}//${target.host}`).toString();
@@ -375,7 +461,66 @@ async function measure(target: PageSpeedTarget, url: URL, runs: number, chromium
   } finally {
     clearTimeout(timer);
     await browser?.close().catch(() => undefined);
+    if (wrapperDir) await fs.rm(wrapperDir, { recursive: true, force: true });
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Privileges (module comment)
+
+const log = createLogger(undefined, 'pagespeed');
+/** Whether Chromium's own sandbox is used when it runs unprivileged (false once it failed to start here). */
+let sandbox = true;
+let browserAccount: { root: string; made: Promise<OsAccount> } | null = null;
+
+/** Whether the last unprivileged launch used Chromium's sandbox (what a test checks the renderers for). */
+export const pageSpeedSandboxed = (): boolean => sandbox;
+
+/** The page-speed browser's system account, made on first use (one per process and anchor). */
+export function pageSpeedAccount(root: string): Promise<OsAccount> {
+  if (browserAccount?.root !== root) {
+    const made = ensureAccount(accountNameFor('wp', root, 'pagespeed'), { purpose: 'WordPress page-speed browser', dataDir: root });
+    browserAccount = { root, made };
+    made.catch(() => {
+      if (browserAccount?.made === made) browserAccount = null;
+    });
+  }
+  return browserAccount.made;
+}
+
+/** The browser's environment: nothing of the API's (its database URL, keys). */
+function browserEnv(): Record<string, string> {
+  return { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: process.env.LANG ?? 'C.UTF-8', ...(process.env.TZ ? { TZ: process.env.TZ } : {}) };
+}
+
+/**
+ * The wrapper Playwright starts as the browser: hands Playwright's fresh profile directory (root's,
+ * 0700, empty) to the account and execs Chromium as it. Only numbers and a checked path go in.
+ */
+function wrapperScript(as: OsAccount, chromiumPath: string): string {
+  const setpriv = findBinary('setpriv');
+  if (!setpriv) throw new Error('pagespeed: setpriv is missing (util-linux); it runs Chromium without root');
+  if (!path.isAbsolute(chromiumPath) || !/^[A-Za-z0-9/._+-]+$/.test(chromiumPath)) throw new Error(`pagespeed: unusable Chromium path ${chromiumPath}`);
+  const [uid, gid] = [as.uid, as.gid].map((n) => {
+    if (!Number.isInteger(n) || n <= 0) throw new Error(`pagespeed: refusing to run Chromium as id ${n}`);
+    return String(n);
+  });
+  return [
+    '#!/bin/sh',
+    '# Written by domain/wordpress/pagespeed.ts: Chromium as the page-speed account, never as root.',
+    'set -e',
+    'profile=',
+    'for arg in "$@"; do',
+    '  case "$arg" in --user-data-dir=*) profile="${arg#--user-data-dir=}" ;; esac',
+    'done',
+    'case "$profile" in /*) ;; *) echo "pagespeed wrapper: no --user-data-dir" >&2; exit 2 ;; esac',
+    `chown -R -h ${uid}:${gid} -- "$profile"`,
+    'cd /',
+    'HOME="$profile" XDG_CONFIG_HOME="$profile/.config" XDG_CACHE_HOME="$profile/.cache"',
+    'export HOME XDG_CONFIG_HOME XDG_CACHE_HOME',
+    `exec ${setpriv} --reuid=${uid} --regid=${gid} --clear-groups --inh-caps=-all -- ${chromiumPath} "$@"`,
+    '',
+  ].join('\n');
 }
 
 async function loadOnce(

@@ -31,6 +31,7 @@ import type {
   WpRole,
   WpSiteSpec,
 } from '../wordpress.provider';
+import { applySiteEgressFor, removeSiteEgressFor } from './egress';
 import { runHelper, sitePhpIni } from './helper';
 import { LocalCertificateAuthority } from './local-ca';
 import { SERVER_NAME, WordpressNginx, type NginxSettings } from './nginx';
@@ -236,6 +237,9 @@ export class WordpressLocalProvider implements WordpressProvider {
       await this.serve(serviceId, state);
       if (!repaired.includes('web')) repaired.push('web');
     }
+    // The network rules live in the kernel: gone after a reboot, put back before PHP starts.
+    const account = await this.account(state);
+    if (account && (await applySiteEgressFor(account.uid, this.root(serviceId), this.nginx.settings())).changed) repaired.push('egress');
     const fpm = this.fpm(serviceId, state);
     if (!(await fpm.running())) {
       await fpm.apply({ reload: false });
@@ -301,6 +305,8 @@ export class WordpressLocalProvider implements WordpressProvider {
         },
       });
       await siteWorkDirs(root, account);
+      // Its network rules before any of its PHP runs: the site's database, the relay, the public internet; nothing else of this host.
+      if (account) await applySiteEgressFor(account.uid, root, await this.nginx.ensure());
       this.saveState(spec.serviceId, state);
       await this.fpm(spec.serviceId, state).apply({ reload: true });
       await this.helper(spec.serviceId, 'install', { title: spec.title, admin_email: spec.adminEmail, url: `http://${state.primary}` });
@@ -320,6 +326,7 @@ export class WordpressLocalProvider implements WordpressProvider {
     if (accountName) await killProcessesOf(accountName);
     await fs.rm(root, { recursive: true, force: true });
     await fs.rm(path.join(this.dataDir, 'scratch', siteKey(serviceId)), { recursive: true, force: true });
+    if (accountName) await removeSiteEgressFor(accountName);
     if (accountName) await removeAccount(accountName);
   }
 
