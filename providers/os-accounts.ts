@@ -69,8 +69,12 @@ function exec(command: string, args: string[]): Promise<{ code: number; stdout: 
   });
 }
 
-/** Serialises this module's account changes across processes on the machine (flock on a shared file). */
-const LOCK_FILE = path.join(existsSync('/run/lock') ? '/run/lock' : os.tmpdir(), 'cloud-os-accounts.lock');
+/**
+ * Serialises this module's account changes across processes on the machine (flock on a shared
+ * file). In /run, which only root writes (accounts are only made as root): in a world-writable
+ * directory a tenant's process could hold the lock and stop every account change.
+ */
+const LOCK_FILE = path.join(existsSync('/run') ? '/run' : os.tmpdir(), 'cloud-os-accounts.lock');
 const locked = (command: string, args: string[]) => exec('flock', ['--wait', '60', LOCK_FILE, command, ...args]);
 
 async function lookupGroup(name: string): Promise<boolean> {
