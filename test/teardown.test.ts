@@ -43,27 +43,20 @@ describe('service teardown', () => {
 
   it('tears down an ordered service that billing terminated after an immediate cancellation', async () => {
     const c = await newCustomer(stack, { credit: 100 });
-    // A product built by the generic (simulated) build backend: hosted sites have no backend of their own yet.
+    // A hosted site (the WordPress simulator, a simulated database instance).
     const order = await placeOrder(stack, c, { product: 'wordpress-starter', site_name: 'teardown-cancel.example.test' });
     expect(order.status, order.text).toBe(202);
     await stack.temporal!.client.workflow.getHandle(order.body.id).result();
     const orderId = order.body.resource.id as string;
     const serviceId = Number((await stack.http.get(`/v1/orders/${orderId}`, { token: c.token })).body.services[0].id.slice(4));
-    expect(
-      await stack
-        .db('sim_tasks')
-        .where({ request_key: `provision:${serviceId}` })
-        .first(),
-    ).toBeTruthy();
+    expect(await stack.db('sim_wordpress_sites').where({ service_id: serviceId }).first()).toBeTruthy();
+    const instance = (await stack.db('wordpress_sites').where({ service_id: serviceId }).first()).db_instance as string;
     expect((await stack.http.post(`/v1/orders/${orderId}/cancel`, { token: c.token, body: { type: 'immediate' } })).status).toBe(200);
     await deprovisioned(serviceId);
     expect((await stack.db('services').where({ id: serviceId }).first()).status).toBe('terminated');
-    // The generic build backend forgot the service.
-    expect(
-      await stack
-        .db('sim_tasks')
-        .where({ request_key: `provision:${serviceId}` })
-        .first(),
-    ).toBeUndefined();
+    // The backend forgot the site, and its database instance is gone.
+    expect(await stack.db('sim_wordpress_sites').where({ service_id: serviceId }).first()).toBeUndefined();
+    expect(await stack.db('wordpress_sites').where({ service_id: serviceId }).first()).toBeUndefined();
+    await expect(stack.api.deps.providers.dbaas.status(instance)).rejects.toThrow();
   });
 });

@@ -1,9 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { seedOrders } from '../db/seeds/orders.seed';
+import { isSiteNameTaken } from '../domain/orders/store';
+import { provisionTargetOf } from '../domain/provisioning';
 import { CERT_FAILURES_PER_HOUR } from '../domain/wordpress/domains';
+import { WordpressProvisioner } from '../domain/wordpress/provisioner';
 import { startDnsAnswers, type DnsAnswers } from './helpers/dns-answers';
 import { createAccount } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
+import { newCustomer, placeOrder } from './orders.support';
 import { createSite, siteApi, type TestSite } from './wordpress.support';
 
 /**
@@ -160,6 +165,32 @@ describe('domains', () => {
     expect((await api.post(`/v1/wordpress/${site.id}/domains/${res.body.id}/primary`)).status).toBe(200);
   });
 
+  it('an apex primary: the site’s url and the autologin URL use its www. form, primary_domain the apex', async () => {
+    const apex = `apex-${tag}.test`;
+    const got = await api.get(`/v1/wordpress/${site.id}`);
+    expect(got.status, got.text).toBe(200);
+    expect(got.body).toMatchObject({ primary_domain: apex, url: `http://www.${apex}` });
+    const listed = (await api.get('/v1/wordpress')).body.data.find((s: { id: string }) => s.id === site.id);
+    expect(listed).toMatchObject({ primary_domain: apex, url: `http://www.${apex}` });
+    const login = await api.post(`/v1/wordpress/${site.id}/autologin`);
+    expect(login.status, login.text).toBe(200);
+    const url = new URL(login.body.url);
+    expect(url.host).toBe(`www.${apex}`);
+    expect(url.host).toBe(new URL((await simState(site.serviceId)).content.options.home as string).host);
+  });
+
+  it('autologin answers a credential: never replayed from an Idempotency-Key, never cached', async () => {
+    const headers = { 'idempotency-key': `autologin-${tag}` };
+    const first = await api.post(`/v1/wordpress/${site.id}/autologin`, undefined, headers);
+    const again = await api.post(`/v1/wordpress/${site.id}/autologin`, undefined, headers);
+    expect(first.status, first.text).toBe(200);
+    expect(again.status, again.text).toBe(200);
+    expect(first.headers.get('cache-control')).toBe('no-store');
+    expect(again.headers.get('cache-control')).toBe('no-store');
+    expect(again.body.url).not.toBe(first.body.url);
+    expect(await stack.db('idempotency_keys').where({ key: headers['idempotency-key'] })).toEqual([]);
+  });
+
   it('verifies where a domain points, through the resolver', async () => {
     const apex = `apex-${tag}.test`;
     const id = await domainId(site, apex);
@@ -288,6 +319,67 @@ describe('domains', () => {
     }
     expect((await stack.db('wordpress_domains').where({ service_id: foreign.serviceId })).map((d) => d.domain)).toEqual([foreign.name]);
     expect((await stack.db('wordpress_sites').where({ service_id: foreign.serviceId }).first()).cdn_enabled).toBe(false);
+  });
+});
+
+describe('host names are unique platform-wide', () => {
+  it('an order cannot take the www. form another site’s apex custom domain serves', async () => {
+    await seedOrders(stack.db);
+    const victim = await createSite(stack, { name: name('victim') });
+    const apex = `victim-${tag}.test`;
+    expect((await api.post(`/v1/wordpress/${victim.id}/domains`, { domain: apex, force: true })).status).toBe(201);
+    expect(await isSiteNameTaken(stack.db, `www.${apex}`)).toBe(true);
+    expect(await isSiteNameTaken(stack.db, `WWW.${apex.toUpperCase()}`)).toBe(true);
+    const customer = await newCustomer(stack);
+    for (const taken of [`www.${apex}`, apex]) {
+      const res = await placeOrder(stack, customer, { product: 'wordpress-starter', site_name: taken });
+      expect(res.status, taken).toBe(400);
+      expect(res.body.error, taken).toMatchObject({ code: 'hostname_taken', param: 'site_name' });
+    }
+    // The www. form of a deeper name or of a platform apex is not served by it: not taken by it.
+    expect(await isSiteNameTaken(stack.db, `www.www.${apex}`)).toBe(false);
+    const platformApex = `plat-${tag}.test`;
+    await createSite(stack, { name: platformApex });
+    expect(await isSiteNameTaken(stack.db, `www.${platformApex}`)).toBe(false);
+  });
+
+  it('the provisioner refuses a name another site serves, rather than share it', async () => {
+    const apex = `victim-${tag}.test`;
+    const before = await stack.db('wordpress_domains').count({ n: '*' }).first();
+    await expect(createSite(stack, { name: `www.${apex}` })).rejects.toThrow(/already served by service \d+ \(domain victim-/);
+    await expect(createSite(stack, { name: name('victim') })).rejects.toThrow(/already served by service/);
+    expect(await stack.db('wordpress_domains').count({ n: '*' }).first()).toEqual(before);
+    // A retry of one site's build finds its own row.
+    const again = await createSite(stack, { name: name('rebuilt') });
+    const provisioner = new WordpressProvisioner(stack.db, stack.api.deps.providers, stack.api.deps.keyring);
+    await provisioner.provision((await provisionTargetOf(stack.db, again.serviceId))!);
+    expect((await stack.db('wordpress_domains').where({ service_id: again.serviceId })).map((d) => d.domain)).toEqual([again.name]);
+  });
+
+  it('an apex whose www. form is another site’s name, and the other way round, is hostname_taken', async () => {
+    const apex = `wwwsite-${tag}.test`;
+    const wwwSite = await createSite(stack, { name: `www.${apex}` });
+    const other = await createSite(stack, { name: name('other') });
+    const res = await api.post(`/v1/wordpress/${other.id}/domains`, { domain: apex, force: true });
+    expect(res.status, res.text).toBe(400);
+    expect(res.body.error).toMatchObject({ code: 'hostname_taken', param: 'domain' });
+    // The site that has the www. name may add the apex itself.
+    expect((await api.post(`/v1/wordpress/${wwwSite.id}/domains`, { domain: apex, force: true })).status).toBe(201);
+    expect((await api.post(`/v1/wordpress/${other.id}/domains`, { domain: `www.${apex}`, force: true })).body.error.code).toBe('hostname_taken');
+  });
+
+  it('two sites racing for an apex and its www. form: one wins, the other is hostname_taken', async () => {
+    const [a, b] = [await createSite(stack, { name: name('race-a') }), await createSite(stack, { name: name('race-b') })];
+    for (let round = 0; round < 5; round++) {
+      const apex = `race${round}-${tag}.test`;
+      const [first, second] = await Promise.all([
+        api.post(`/v1/wordpress/${a.id}/domains`, { domain: apex, force: true }),
+        api.post(`/v1/wordpress/${b.id}/domains`, { domain: `www.${apex}`, force: true }),
+      ]);
+      expect([first.status, second.status].sort(), `${first.text} ${second.text}`).toEqual([201, 400]);
+      expect([first, second].find((r) => r.status === 400)!.body.error).toMatchObject({ code: 'hostname_taken', param: 'domain' });
+      expect(await stack.db('wordpress_domains').whereIn('domain', [apex, `www.${apex}`])).toHaveLength(1);
+    }
   });
 });
 

@@ -321,6 +321,29 @@ describe('WordPress sites: files, helper and must-use plugin on real PHP and Mar
     expect(await helper('plugins.list', {})).toContainEqual({ slug: 'cloud-hello', name: 'Cloud Hello', version: '1.1.0', active: true });
   });
 
+  it('installs a zip made on macOS: its `./` entries and `__MACOSX/` are skipped, never extracted', async () => {
+    const p = sitePaths(site);
+    const file = path.join(tmp, 'mac-made.zip');
+    await writeZip(file, [
+      { name: './' },
+      { name: './mac-made/' },
+      { name: './mac-made/mac-made.php', data: '<?php /* Plugin Name: Mac Made\nVersion: 2.0.0 */' },
+      { name: '__MACOSX/' },
+      { name: '__MACOSX/mac-made/._mac-made.php', data: 'resource fork' },
+      { name: '__MACOSX/._evil.php', data: '<?php // evil' },
+    ]);
+    expect(await helper('plugin.install', { slug: 'mac-made', zip: file, activate: false })).toEqual({
+      slug: 'mac-made',
+      name: 'Mac Made',
+      version: '2.0.0',
+      active: false,
+    });
+    expect(await fs.readdir(path.join(p.plugins, 'mac-made'))).toEqual(['mac-made.php']);
+    for (const dir of [p.plugins, p.wpContent]) await expect(fs.access(path.join(dir, '__MACOSX'))).rejects.toThrow();
+    expect((await fs.readdir(path.join(p.wpContent, 'upgrade'))).filter((n) => n.startsWith('cloud-'))).toEqual([]);
+    expect(await helper('plugin.delete', { slug: 'mac-made' })).toEqual({ deleted: 'mac-made' });
+  });
+
   it('adds roles once and runs only the allowlisted commands', async () => {
     const roles = [{ name: 'shop_manager', display: 'Shop manager', caps: ['read', 'edit_posts'] }];
     expect(await helper('roles.add', { roles })).toEqual({ added: ['shop_manager'] });

@@ -7,8 +7,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { compareVersions, zipTopFolder } from '../domain/wordpress/plugins';
+import { compareVersions, installPlugin, zipTopFolder } from '../domain/wordpress/plugins';
 import { DownloadError, downloadToFile } from '../infra/outbound-download';
+import { BackendRefusedError } from '../providers/errors';
 import { createAccount } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
 import { createSite, siteApi, type TestSite } from './wordpress.support';
@@ -380,6 +381,59 @@ describe('the pieces', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  it('takes a macOS zip’s top folder past its `./` and `__MACOSX/` entries', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'wp-zip-test-'));
+    try {
+      const file = path.join(dir, 'mac.zip');
+      await writeFile(
+        file,
+        storedZip([
+          { name: './' },
+          { name: './mac-made/' },
+          { name: './mac-made/mac-made.php', data: pluginPhp('Mac Made', '1.0.0') },
+          { name: '__MACOSX/' },
+          { name: '__MACOSX/mac-made/._mac-made.php', data: 'x' },
+        ]),
+      );
+      expect(await zipTopFolder(file)).toBe('mac-made');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a zip the site refuses answers with the request’s field: `url` for a zip URL, `slug` from the directory', async () => {
+    const real = stack.api.deps.providers.wordpress;
+    const refusing = Object.create(real) as typeof real;
+    for (const param of ['zip', 'slug']) {
+      refusing.installPlugin = async () => {
+        throw new BackendRefusedError('wordpress', 'The zip holds a symbolic link.', 'validation_failed', param);
+      };
+      const byUrl = await installPlugin(
+        { wp: refusing, policy: { allowInsecure: true } },
+        site.serviceId,
+        { kind: 'url', url: `${base}/my-plugin.zip` },
+        true,
+      ).catch((e: unknown) => e);
+      expect(byUrl, param).toMatchObject({ name: 'BackendRefusedError', message: 'The zip holds a symbolic link.', code: 'validation_failed', param: 'url' });
+      const byDirectory = await installPlugin(
+        { wp: refusing, policy: { allowInsecure: true } },
+        site.serviceId,
+        { kind: 'directory', slug: 'cloud-hello' },
+        true,
+      ).catch((e: unknown) => e);
+      expect(byDirectory, param).toMatchObject({ name: 'BackendRefusedError', param: 'slug' });
+    }
+    // Another param (or none) goes up as it is.
+    refusing.installPlugin = async () => {
+      throw new BackendRefusedError('wordpress', 'No.', 'refused', null);
+    };
+    expect(
+      await installPlugin({ wp: refusing, policy: { allowInsecure: true } }, site.serviceId, { kind: 'url', url: `${base}/my-plugin.zip` }, true).catch(
+        (e: unknown) => e,
+      ),
+    ).toMatchObject({ param: null });
   });
 
   it('downloads with a deadline and a typed, customer-safe error', async () => {

@@ -2,7 +2,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newUlidId } from '../common/ids';
 import { ALL_SCOPES, SESSION_ONLY_SCOPES } from '../domain/scopes';
 import { purgeExpiredRecipeSecrets, storeRecipeSecrets } from '../domain/wordpress/recipe-store';
-import { assertRequires, checkRequires, parseManifest, parseWpCommand, satisfiesConstraint } from '../domain/wordpress/recipes';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import {
+  assertRequires,
+  checkRequires,
+  isPlatformConstant,
+  isPlatformOption,
+  parseManifest,
+  parseWpCommand,
+  satisfiesConstraint,
+} from '../domain/wordpress/recipes';
+import { constantNameAllowed } from '../providers/wordpress/site-files';
 import { createAccount, createApiKey, createService, createUser } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
 
@@ -163,6 +174,13 @@ describe('registering and reading', () => {
   });
 });
 
+/** `leaf` inside `depth` nested arrays (`[[...[leaf]...]]`). */
+function nested(depth: number, leaf: unknown): unknown {
+  let value = leaf;
+  for (let i = 0; i < depth; i++) value = [value];
+  return value;
+}
+
 /** A manifest with one change: `edit` receives a deep copy of EXAMPLE (named `invalid`) and changes it. */
 function variant(edit: (m: any) => void): unknown {
   const m = structuredClone({ ...EXAMPLE, name: 'invalid' }) as any;
@@ -250,6 +268,20 @@ const INVALID: Array<[string, unknown, string]> = [
   ['an unknown http method', variant((m) => (m.verify[5].http.method = 'TRACE')), 'verify.5.http.method'],
   ['expect as a string', variant((m) => (m.verify[5].http.expect = 'ok')), 'verify.5.http.expect'],
   ['a GET with a body', variant((m) => (m.verify[5].http.body = 'x')), 'verify.5.http.body'],
+  ['DISALLOW_FILE_EDIT', variant((m) => (m.constants.DISALLOW_FILE_EDIT = false)), 'constants.DISALLOW_FILE_EDIT'],
+  ['AUTOMATIC_UPDATER_DISABLED', variant((m) => (m.constants.AUTOMATIC_UPDATER_DISABLED = false)), 'constants.AUTOMATIC_UPDATER_DISABLED'],
+  ['WP_AUTO_UPDATE_CORE', variant((m) => (m.constants.WP_AUTO_UPDATE_CORE = true)), 'constants.WP_AUTO_UPDATE_CORE'],
+  ['a WPMU_ constant', variant((m) => (m.constants.WPMU_ACCEL_REDIRECT = true)), 'constants.WPMU_ACCEL_REDIRECT'],
+  ['a WP_CONTENT_ constant', variant((m) => (m.constants.wp_content_extra = 'x')), 'constants.wp_content_extra'],
+  ['a WP_PLUGIN_ constant', variant((m) => (m.constants.WP_PLUGIN_EXTRA = 'x')), 'constants.WP_PLUGIN_EXTRA'],
+  ['a WP_CONTENT_ secret', variant((m) => (m.secrets = ['WP_CONTENT_KEY'])), 'secrets.0'],
+  ['the cloud_autologin option', variant((m) => (m.options.cloud_autologin = [])), 'options.cloud_autologin'],
+  ['the cloud_cdn_url option', variant((m) => (m.options.CLOUD_CDN_URL = 'https://cdn.example.com')), 'options.CLOUD_CDN_URL'],
+  ['an option value nested 33 deep', variant((m) => (m.options.deep = nested(33, 'x'))), 'options.deep'],
+  ['an http path with non-ASCII characters', variant((m) => (m.verify[5].http.path = '/日本')), 'verify.5.http.path'],
+  ['an http path with a control character', variant((m) => (m.verify[5].http.path = '/a\u0001b')), 'verify.5.http.path'],
+  ['an http path with a bad percent-encoding', variant((m) => (m.verify[5].http.path = '/%zz')), 'verify.5.http.path'],
+  ['an http path with a fragment', variant((m) => (m.verify[5].http.path = '/#top')), 'verify.5.http.path'],
   ['a single quote in an option', variant((m) => (m.options.blogdescription = "Bob's shop")), 'options.blogdescription'],
   ['a semicolon deep in an option', variant((m) => (m.options.shop_settings.zones[1] = 'AT;DROP')), 'options.shop_settings.zones.1'],
   ['a semicolon in an option key', variant((m) => (m.options.shop_settings['a;b'] = 1)), 'options.shop_settings.a;b'],
@@ -278,6 +310,59 @@ describe('validation: a fault answers 400 recipe_invalid with param naming the f
       }),
     );
     expect(res.body.error).toMatchObject({ code: 'recipe_invalid', param: 'constants.DB_HOST' });
+  });
+
+  it('accepts what the rules allow at their limits: an option 32 deep, percent-encoded and query paths', async () => {
+    const manifest = variant((m) => {
+      m.name = 'at-the-limits';
+      m.options.deep = nested(31, { leaf: 1 });
+      m.verify[5].http.path = '/%E6%97%A5%E6%9C%AC?p=1&q=a+b,c:d@e~f(g)*!$';
+    });
+    const res = await api().post('/v1/wordpress/recipes', manifest);
+    expect(res.status, res.text).toBe(201);
+  });
+
+  it('a manifest nested 20,000 deep is refused with 400, never a 500; the validator answers recipe_invalid at the depth where it goes too far', async () => {
+    // Sent as text: JSON.stringify itself cannot write it.
+    const arrays = (depth: number, leaf: string) => `${'['.repeat(depth)}${leaf}${']'.repeat(depth)}`;
+    const head = '"apiVersion":"recipe/v1","name":"invalid","version":"1.0.0"';
+    const post = (rawBody: string) =>
+      stack.http.post('/v1/wordpress/recipes', { token: stack.owner.key, rawBody, headers: { 'content-type': 'application/json' } });
+    // Over HTTP the API's own guard (api/app.ts MAX_JSON_DEPTH, 64) answers first, before the body is parsed.
+    for (const rawBody of [`{${head},"options":{"deep":${arrays(20_000, '1')}}}`, `{${head},"plugins":${arrays(20_000, 'null')}}`, arrays(20_000, '"x"')]) {
+      const res = await post(rawBody);
+      expect(res.status, res.text.slice(0, 300)).toBe(400);
+      expect(res.body.error).toMatchObject({ code: 'validation_failed', param: 'body' });
+    }
+    // Within it, the validator's own limit for option values.
+    const within = await post(`{${head},"options":{"deep":${arrays(60, '1')}}}`);
+    expect(within.body.error).toMatchObject({ code: 'recipe_invalid', param: 'options.deep' });
+    // The validator itself (seeds, PUT, anything that is not this route) walks without recursion.
+    const zeros = (n: number) => Array<string>(n).fill('0');
+    for (const [manifest, param] of [
+      [{ ...minimal('invalid'), options: { deep: nested(20_000, 1) } }, ['options', 'deep', ...zeros(62)].join('.')],
+      [{ ...minimal('invalid'), plugins: nested(20_000, null) }, ['plugins', ...zeros(63)].join('.')],
+      [{ ...minimal('invalid'), roles: [{ name: 'x', display: 'x', caps: nested(20_000, 'read') }] }, ['roles', '0', 'caps', ...zeros(61)].join('.')],
+    ] as const) {
+      expect(() => parseManifest(manifest)).toThrow(expect.objectContaining({ code: 'recipe_invalid', param }));
+    }
+  });
+
+  it('refuses every option the site helper refuses to update (CLOUD_HELPER_PLATFORM_OPTIONS)', async () => {
+    const php = await readFile(path.join(__dirname, '../providers/wordpress/php/cloud-helper.php'), 'utf8');
+    const list = /const CLOUD_HELPER_PLATFORM_OPTIONS = array\(([^)]*)\);/.exec(php);
+    expect(list).not.toBeNull();
+    const names = [...list![1].matchAll(/'([^']+)'/g)].map((m) => m[1]);
+    expect(names.length).toBeGreaterThan(0);
+    for (const name of names) expect(isPlatformOption(name), name).toBe(true);
+  });
+
+  it('refuses every constant the site configuration refuses to take (site-files constantNameAllowed)', () => {
+    for (const name of ['DISALLOW_FILE_EDIT', 'WPMU_X', 'WP_CONTENT_X', 'WP_PLUGIN_X', 'MYSQL_X', 'DB_X', 'CLOUD_X', 'NONCE_SALT']) {
+      expect(constantNameAllowed(name), name).toBe(false);
+      expect(isPlatformConstant(name), name).toBe(true);
+    }
+    expect(isPlatformConstant('WP_POST_REVISIONS')).toBe(false);
   });
 
   it('http plugin URLs pass only with ALLOW_INSECURE_TARGETS (this stack has it; production does not)', () => {

@@ -10,6 +10,7 @@ import {
   type ProductRecord,
 } from '../../providers/billing.provider';
 import { moveServiceStatus } from '../services';
+import { isApex } from '../wordpress/store';
 
 /**
  * The control plane's order store, and the only SQL on `orders` and on the services orders create.
@@ -82,8 +83,40 @@ export function addMonths(from: Date, months: number): string {
 
 const todayUtc = () => new Date().toISOString().slice(0, 10);
 
+/**
+ * The advisory-lock keys that serialise every claim of a host name (an order's site name, a hosted
+ * site's custom domain, a site's platform row): the name itself and, because an apex custom domain
+ * also serves its `www.` form, the apex of a `www.<apex>` name and the `www.` form of an apex. Two
+ * claims that could collide always share a key.
+ */
+export function hostNameLockKeys(name: string): string[] {
+  const n = name.toLowerCase();
+  const keys = new Set([n]);
+  if (n.startsWith('www.') && isApex(n.slice(4))) keys.add(n.slice(4));
+  if (isApex(n)) keys.add(`www.${n}`);
+  return [...keys].map((k) => `site:${k}`);
+}
+
+/**
+ * Takes (until the transaction ends) the advisory locks of every name in `names` with
+ * hostNameLockKeys, in the order of their lock ids so that two callers never wait on each other.
+ */
+export async function lockHostNames(trx: Knex.Transaction, names: readonly string[]): Promise<void> {
+  const keys = [...new Set(names.flatMap(hostNameLockKeys))];
+  if (keys.length === 0) return;
+  const ids = await trx.raw(`select distinct hashtext(k) as id from unnest(array[${keys.map(() => '?::text').join(', ')}]) as k order by 1`, keys);
+  // The same lock ids as `pg_advisory_xact_lock(hashtext(key))`.
+  for (const { id } of ids.rows as Array<{ id: number }>) await trx.raw('select pg_advisory_xact_lock(?::bigint)', [id]);
+}
+
+/**
+ * Whether `siteName` is held: by a live order, a live service's label, or a hosted site that serves
+ * it (a domain of that name, or an apex custom domain whose `www.` form it is: `www.example.com`
+ * while `example.com` is another site's custom domain).
+ */
 function siteNameTakenQuery(db: Knex | Knex.Transaction, siteName: string) {
   const name = siteName.toLowerCase();
+  const apexOfWww = name.startsWith('www.') && isApex(name.slice(4)) ? name.slice(4) : null;
   return db
     .select(
       db.raw(
@@ -95,17 +128,20 @@ function siteNameTakenQuery(db: Knex | Knex.Transaction, siteName: string) {
          ) or exists (
            select 1 from services where lower(label) = ? and status not in ('terminated', 'cancelled')
          ) or exists (
-           -- a custom domain of a hosted site
+           -- a domain of a hosted site
            select 1 from wordpress_domains where domain = ?
+         ) or exists (
+           -- an apex custom domain serves its www. form too
+           select 1 from wordpress_domains where domain = ? and not platform
          ) as taken`,
-        [name, name, name],
+        [name, name, name, apexOfWww ?? ''],
       ),
     )
     .first();
 }
 
-/** A hosted site's name is taken by a live order or service (any account). */
-export async function isSiteNameTaken(db: Knex, siteName: string): Promise<boolean> {
+/** A hosted site's name is taken by a live order or service (any account), or served by a site. */
+export async function isSiteNameTaken(db: Knex | Knex.Transaction, siteName: string): Promise<boolean> {
   return Boolean((await siteNameTakenQuery(db, siteName))?.taken);
 }
 
@@ -120,8 +156,8 @@ export async function createOrder(
   order: NewOrder,
 ): Promise<{ order: OrderRecord } | { refused: 'site_name' } | { refused: 'promo'; reason: string }> {
   if (order.siteName) {
-    // Serialises orders for the same site name until this transaction ends.
-    await trx.raw('select pg_advisory_xact_lock(hashtext(?))', [`site:${order.siteName.toLowerCase()}`]);
+    // Serialises the claims of this name (orders, custom domains, sites) until this transaction ends.
+    await lockHostNames(trx, [order.siteName]);
     if ((await siteNameTakenQuery(trx, order.siteName))?.taken) return { refused: 'site_name' };
   }
   const price = order.product.prices[order.billingCycle];

@@ -5,7 +5,7 @@ import { BackendUnavailableError } from '../../providers/errors';
 import type { WordpressProvider } from '../../providers/wordpress.provider';
 import { isPublicSuffix } from '../dns/zone-policy';
 import { backendUnavailable, DomainError, notFound, validationFailed } from '../errors';
-import { isSiteNameTaken } from '../orders/store';
+import { isSiteNameTaken, lockHostNames } from '../orders/store';
 import { domainOf, domainsOf, findDomain, hostnamesOf, isApex, type DomainRow, type SiteRow } from './store';
 
 /**
@@ -15,9 +15,13 @@ import { domainOf, domainsOf, findDomain, hostnamesOf, isApex, type DomainRow, t
  * - A custom domain is a lower-case DNS name of two labels or more, not an IP address, not a public
  *   suffix, not one of the platform's own names (`reserved`: DNS_RESERVED_ZONES and the CaaS apps
  *   domain, with every name below them). An apex (`example.com`) is served with its `www.` form.
- * - Host names are unique platform-wide: the same site's name again is `409 already_exists`; a name
- *   another site serves (or a live order's site name) is `400 hostname_taken`, as for an order's
- *   `site_name`. Param `domain` either way.
+ * - Host names are unique platform-wide: every name a site serves (its domains, and an apex custom
+ *   domain's `www.` form) belongs to it alone. The same site's name again is `409 already_exists`;
+ *   a name another site serves (an apex whose `www.` form another site serves, a `www.` form of
+ *   another site's apex custom domain), another service's label or a live order's site name is
+ *   `400 hostname_taken`, as for an order's `site_name`. Param `domain` either way. The check runs
+ *   again under the names' advisory locks (domain/orders/store.ts lockHostNames), which orders and
+ *   the provisioner take too, so two claims racing for one name never both win.
  * - It must point here (its A records through DNS_RESOLVER hold the site's `ip`; an apex's `www.`
  *   too) unless `force`: `400 domain_not_pointed`.
  * - The first custom domain becomes primary. `home` and `siteurl` are `http://<primary host>`, where
@@ -129,11 +133,16 @@ export async function pointsHere(resolverAddress: string | undefined, names: str
   return { points: true, reason: null };
 }
 
-/** Refuses a name this site has (409) or another site serves or an order claims (400 hostname_taken). */
+/**
+ * Refuses a name this site has (409) or that another site serves, another service is labelled
+ * with or a live order claims (400 hostname_taken): the names `domain` would serve (an apex's `www.`
+ * form too) against every name the others serve (an apex custom domain's `www.` form too).
+ */
 async function checkAvailable(db: Knex | Knex.Transaction, serviceId: number, domain: string, own: DomainRow[]): Promise<void> {
-  if (hostnamesOf(own).includes(domain)) throw alreadyExists(domain);
+  const ownNames = hostnamesOf(own);
+  if (ownNames.includes(domain)) throw alreadyExists(domain);
   // The names this domain would serve, and the apex whose `www.` form it is.
-  const served = isApex(domain) ? [domain, `www.${domain}`] : [domain];
+  const served = namesOf({ domain, platform: false });
   const apexOfWww = domain.startsWith('www.') && isApex(domain.slice(4)) ? domain.slice(4) : null;
   const rows: DomainRow[] = (
     await db('wordpress_domains')
@@ -141,6 +150,10 @@ async function checkAvailable(db: Knex | Knex.Transaction, serviceId: number, do
       .whereNot({ service_id: serviceId })
   ).map(domainOf);
   if (rows.some((r) => served.includes(r.domain) || (r.domain === apexOfWww && !r.platform))) throw hostnameTaken(domain);
+  // A live order's site name (or another service's label) counts as taken, as for orders.
+  for (const name of served) {
+    if (!ownNames.includes(name) && (await isSiteNameTaken(db, name))) throw hostnameTaken(domain);
+  }
 }
 
 /** The certificate's attempt for one custom domain, recorded on its row (see the module comment). */
@@ -177,18 +190,16 @@ async function attemptCertificate(deps: DomainDeps, site: SiteRow, row: DomainRo
 export async function addDomain(deps: DomainDeps, site: SiteRow, raw: string, force: boolean): Promise<{ domain: DomainRow; dnsRecords: DnsRecord[] }> {
   const domain = normalizeDomain(raw, deps.reserved);
   const sid = site.service_id;
-  const own = await domainsOf(deps.db, sid);
-  await checkAvailable(deps.db, sid, domain, own);
-  // A live order's site name (or another service's label) counts as taken, as for orders.
-  for (const name of namesOf({ domain, platform: false })) {
-    if (!hostnamesOf(own).includes(name) && (await isSiteNameTaken(deps.db, name))) throw hostnameTaken(domain);
-  }
+  // Checked first without locks (no DNS lookup for a name that is taken), then again under them.
+  await checkAvailable(deps.db, sid, domain, await domainsOf(deps.db, sid));
   if (!force) {
     const pointing = await pointsHere(deps.resolver, namesOf({ domain, platform: false }), site.ip!);
     if (!pointing.points) throw notPointed(domain, pointing.reason!);
   }
   const added = await deps.db.transaction(async (trx) => {
     await trx('wordpress_sites').where({ service_id: sid }).forUpdate().first();
+    // The claims of these names (another site's domain, an order's site name) wait for this one.
+    await lockHostNames(trx, namesOf({ domain, platform: false }));
     const own = await domainsOf(trx, sid);
     await checkAvailable(trx, sid, domain, own);
     const first = !own.some((d) => !d.platform);

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { DownloadError, downloadToFile, type DownloadWords } from '../../infra/outbound-download';
 import type { LookupFn, TargetPolicy } from '../../infra/webhook-targets';
-import { BackendGoneError } from '../../providers/errors';
+import { BackendGoneError, BackendRefusedError } from '../../providers/errors';
 import type { WordpressProvider, WpDirectoryPlugin, WpPlugin } from '../../providers/wordpress.provider';
 import { conflict, notFound, validationFailed, type FieldError } from '../errors';
 
@@ -157,13 +157,25 @@ async function directoryRelease(wp: WordpressProvider, slug: string, version?: s
   return { listed, version };
 }
 
+/**
+ * The backend's install refusal with `param` naming the request's field: the site's helper names
+ * the file it was given (`zip`) or the folder it took (`slug`), which for a URL install are both the
+ * zip at `url`, and for a directory install the plugin `slug`.
+ */
+function asRequestParam(err: unknown, field: 'url' | 'slug'): never {
+  if (err instanceof BackendRefusedError && (err.param === 'zip' || err.param === 'slug') && err.param !== field) {
+    throw new BackendRefusedError(err.backend, err.message, err.code, field);
+  }
+  throw err;
+}
+
 /** Installs (or reinstalls over) a plugin from the directory or a zip URL; activates it when asked. */
 export async function installPlugin(deps: PluginInstallDeps, serviceId: number, source: InstallSource, activate: boolean): Promise<PluginView> {
   const { wp } = deps;
   if (source.kind === 'directory') {
     const { listed, version } = await directoryRelease(wp, source.slug, source.version);
     const zip = await wp.directoryZip(source.slug, version);
-    return pluginView(await wp.installPlugin(serviceId, source.slug, zip, activate), listed);
+    return pluginView(await wp.installPlugin(serviceId, source.slug, zip, activate).catch((err: unknown) => asRequestParam(err, 'slug')), listed);
   }
   const work = await mkdtemp(path.join(tmpdir(), 'wp-plugin-zip-'));
   try {
@@ -192,7 +204,7 @@ export async function installPlugin(deps: PluginInstallDeps, serviceId: number, 
       if (err instanceof ZipRefused) throw validationFailed([{ param: 'url', message: err.message }]);
       throw err;
     }
-    const plugin = await wp.installPlugin(serviceId, slug, zip, activate);
+    const plugin = await wp.installPlugin(serviceId, slug, zip, activate).catch((err: unknown) => asRequestParam(err, 'url'));
     return pluginView(plugin, await wp.directoryPlugin(slug));
   } finally {
     await rm(work, { recursive: true, force: true });
@@ -317,8 +329,9 @@ export async function zipEntryNames(zipPath: string): Promise<string[]> {
 const shown = (name: string) => JSON.stringify(name.length > 120 ? `${name.slice(0, 120)}...` : name);
 
 /**
- * The plugin's slug from a zip: its only top folder (macOS's `__MACOSX/` is ignored, as WordPress
- * ignores it). ZipRefused for a zip with no top folder, files beside it or several, an unsafe entry
+ * The plugin's slug from a zip: its only top folder (macOS's `__MACOSX/` and `./` entries are
+ * ignored, as WordPress ignores them, and as the site's helper skips them when it extracts:
+ * providers/wordpress/php/cloud-helper.php cloud_helper_zip_entries). ZipRefused for a zip with no top folder, files beside it or several, an unsafe entry
  * path (absolute, `..`), or a folder name that is not a slug.
  */
 export async function zipTopFolder(zipPath: string): Promise<string> {

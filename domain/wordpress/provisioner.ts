@@ -3,7 +3,8 @@ import { randomBase62, type Keyring } from '../../common/crypto';
 import type { Providers } from '../../providers';
 import { placeIfHosted } from '../hosts/directory';
 import type { ProvisionTarget, ServiceProvisioner } from '../provisioning';
-import { findSite } from './store';
+import { lockHostNames } from '../orders/store';
+import { findSite, isApex } from './store';
 
 /**
  * Builds an ordered hosted site (`wordpress-starter` with `site_name`): a MariaDB instance of the
@@ -26,7 +27,9 @@ export class WordpressProvisioner implements ServiceProvisioner {
     const name = (service.label ?? '').toLowerCase().replace(/\.$/, '');
     if (!name) throw new Error(`service ${service.id} has no site name`);
     const phpVersion = typeof service.options.php_version === 'string' ? service.options.php_version : (await this.providers.wordpress.phpVersions()).at(-1)!;
-    // The record first (passwords chosen once: activities retry), then the servers.
+    // The name first (refused if another site serves it), the record (passwords chosen once:
+    // activities retry), then the servers.
+    await this.claimPlatformName(service.id, name);
     await this.db('wordpress_sites')
       .insert({
         service_id: service.id,
@@ -40,7 +43,6 @@ export class WordpressProvisioner implements ServiceProvisioner {
       })
       .onConflict('service_id')
       .ignore();
-    await this.db('wordpress_domains').insert({ service_id: service.id, domain: name, platform: true, primary: true }).onConflict('domain').ignore();
     const site = (await findSite(this.db, service.id))!;
     const password = this.keyring.decrypt(DB_PASSWORD_PURPOSE, site.db_password_sealed);
     await placeIfHosted(this.db, this.providers.hosts, 'dbaas', service.id);
@@ -78,6 +80,28 @@ export class WordpressProvisioner implements ServiceProvisioner {
     });
     await this.db('wordpress_sites').where({ service_id: service.id }).update({ ip: address.ip, http_port: address.httpPort });
     await this.db('services').where({ id: service.id }).update({ primary_ip: address.ip });
+  }
+
+  /**
+   * The site's platform row, under the name's advisory locks (domain/orders/store.ts lockHostNames).
+   * The order held the name since it was placed, so a name another site serves by now (its domain,
+   * or the `www.` form of its apex custom domain) is a race that lost: the build stops with an error
+   * rather than share a host name. A retry finds its own row and goes on.
+   */
+  private async claimPlatformName(serviceId: number, name: string): Promise<void> {
+    await this.db.transaction(async (trx) => {
+      await lockHostNames(trx, [name]);
+      const apexOfWww = name.startsWith('www.') && isApex(name.slice(4)) ? name.slice(4) : null;
+      const rows = await trx('wordpress_domains').whereIn('domain', apexOfWww ? [name, apexOfWww] : [name]);
+      const own = rows.find((r) => r.domain === name && Number(r.service_id) === serviceId);
+      const other = rows.find((r) => Number(r.service_id) !== serviceId && (r.domain === name || !r.platform));
+      if (other) {
+        throw new Error(
+          `site name ${name} of service ${serviceId} is already served by service ${other.service_id} (domain ${other.domain}); the name was taken after the order was checked`,
+        );
+      }
+      if (!own) await trx('wordpress_domains').insert({ service_id: serviceId, domain: name, platform: true, primary: true });
+    });
   }
 
   async isActive(service: ProvisionTarget): Promise<boolean> {

@@ -6,12 +6,13 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import type { Config } from '../../common/config';
 import type { Keyring } from '../../common/crypto';
-import { downloadToFile } from '../../infra/outbound-download';
+import { DownloadError, downloadToFile } from '../../infra/outbound-download';
 import type { Providers } from '../../providers';
 import type { WpPlugin } from '../../providers/wordpress.provider';
-import { zipTopFolder } from './plugins';
+import { zipTopFolder, ZipRefused } from './plugins';
 import { findRecipeVersion, RECIPE_SECRETS_TTL_MS, storeRecipeSecrets } from './recipe-store';
 import { parseWpCommand, type RecipeManifest, type RecipePlugin } from './recipes';
+import { primaryHost } from './domains';
 import { domainsOf, findSite } from './store';
 
 /**
@@ -87,7 +88,10 @@ async function fetchZip(deps: ApplyDeps, plugin: RecipePlugin & { url: string },
   try {
     ({ sha256 } = await downloadToFile(plugin.url, file, { policy: { allowInsecure: deps.config.WEBHOOK_ALLOW_INSECURE_TARGETS }, ...zipLimits }));
   } catch (err) {
-    throw new ApplyStepRefused('recipe_checksum_mismatch', `The zip at ${plugin.url} could not be downloaded: ${(err as Error).message}`);
+    // A download's own failure is written for customers; anything else (the scratch file) is not.
+    if (err instanceof DownloadError)
+      throw new ApplyStepRefused('recipe_checksum_mismatch', `The zip at ${plugin.url} could not be downloaded: ${err.message}`);
+    throw err;
   }
   if (sha256 !== plugin.sha256?.toLowerCase()) {
     throw new ApplyStepRefused('recipe_checksum_mismatch', `The zip at ${plugin.url} has SHA-256 ${sha256}, not the manifest's ${plugin.sha256}.`);
@@ -134,7 +138,12 @@ export async function applyPlugins(deps: ApplyDeps, target: ApplyTarget): Promis
     for (const plugin of wanted) {
       // A plugin from a URL is its zip's top folder (the manifest may name it as well).
       const urlZip = plugin.url ? await fetchZip(deps, plugin as RecipePlugin & { url: string }, dir) : null;
-      const slug = urlZip ? await zipTopFolder(urlZip).catch((err: Error) => refuse(`The zip at ${plugin.url} is not a plugin: ${err.message}`)) : plugin.slug!;
+      const slug = urlZip
+        ? await zipTopFolder(urlZip).catch((err: unknown) => {
+            if (err instanceof ZipRefused) refuse(`The zip at ${plugin.url} is not a plugin: ${err.message}`);
+            throw err;
+          })
+        : plugin.slug!;
       if (plugin.slug && slug !== plugin.slug) refuse(`The zip at ${plugin.url} holds plugin ${slug}, not ${plugin.slug}.`);
       const installed = (await wp.listPlugins(target.serviceId)).find((p) => p.slug === slug);
       const activate = plugin.activate ?? true;
@@ -200,34 +209,44 @@ export async function applySecrets(deps: ApplyDeps, target: ApplyTarget): Promis
   return { name: 'secrets', status: 'succeeded', detail: `${names.length} in the site configuration` };
 }
 
-/** One `{http: ...}` check through the site's web server, by its primary name. */
+/**
+ * One `{http: ...}` check through the site's web server, by the host `home` names (an apex custom
+ * domain's `www.` form). A request Node refuses to send (a path registration should have refused)
+ * is a red check, never a step that fails and retries.
+ */
 async function httpCheck(
   deps: ApplyDeps,
   target: ApplyTarget,
   check: { path: string; method?: string; body?: unknown; expect?: number },
 ): Promise<VerifyResult> {
   const site = await findSite(deps.db, target.serviceId);
-  const primary = (await domainsOf(deps.db, target.serviceId)).find((d) => d.primary)?.domain ?? site?.name;
+  const primary = site ? primaryHost(site, await domainsOf(deps.db, target.serviceId)) : null;
   const method = (check.method ?? 'GET').toUpperCase();
   const expect = check.expect ?? 200;
   const label = `http ${method} ${check.path}`;
   if (!site?.ip || !site.http_port || !primary) return { check: label, ok: false, detail: 'the site has no address yet' };
   const body = check.body === undefined ? null : typeof check.body === 'string' ? check.body : JSON.stringify(check.body);
   const status = await new Promise<number | string>((resolve) => {
-    const req = http.request(
-      {
-        host: site.ip!,
-        port: site.http_port!,
-        method,
-        path: check.path,
-        headers: { host: primary, ...(body !== null ? { 'content-type': typeof check.body === 'string' ? 'text/plain' : 'application/json' } : {}) },
-        timeout: 30_000,
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
+    let req: http.ClientRequest;
+    try {
+      req = http.request(
+        {
+          host: site.ip!,
+          port: site.http_port!,
+          method,
+          path: check.path,
+          headers: { host: primary, ...(body !== null ? { 'content-type': typeof check.body === 'string' ? 'text/plain' : 'application/json' } : {}) },
+          timeout: 30_000,
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        },
+      );
+    } catch (err) {
+      resolve(`the request could not be sent: ${(err as Error).message}`);
+      return;
+    }
     req.on('timeout', () => req.destroy(new Error('no answer within 30 s')));
     req.on('error', (err) => resolve(err.message));
     req.end(body ?? undefined);

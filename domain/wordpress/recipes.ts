@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { constantNameAllowed } from '../../providers/wordpress/site-files';
 import { DomainError } from '../errors';
 
 /**
@@ -22,14 +23,16 @@ import { DomainError } from '../errors';
  *   to true; a slug appears once.
  * - `constants` (max 100): PHP constant names (ASCII `[A-Za-z_][A-Za-z0-9_]*`), values string
  *   (no control characters), number or boolean; the platform's constants are refused
- *   (`PLATFORM_CONSTANTS`, compared without case).
+ *   (`isPlatformConstant`, compared without case: the lists here and the site configuration's own).
  * - `options` (max 200): option names `[A-Za-z0-9_][A-Za-z0-9_.:-]*` up to 191 characters, any JSON
- *   value; the options the platform owns (site URLs, active plugins, theme, roles, cron, salts,
- *   `cloud_recipe`) are refused (`PLATFORM_OPTIONS`).
+ *   value nesting arrays and objects at most 32 deep; the options the platform owns (site URLs,
+ *   active plugins, theme, roles, cron, salts, `cloud_recipe`, `cloud_*` of the platform) are
+ *   refused (`PLATFORM_OPTIONS`).
+ * - Nothing nests deeper than 64 levels (refused with the path where it does).
  * - `roles` (max 50): `name` (a role slug), `display`, `caps` (capability names); a name appears once.
  * - `secrets` (max 20): constant names under the same rules, once each, not also in `constants`.
  * - `verify` (max 50): each item exactly one of `wp` (a command line of `parseWpCommand`'s
- *   allowlist) or `http` (`path` from `/`, `method` default GET, `body` a string, not with GET or
+ *   allowlist) or `http` (`path` from `/` in RFC 3986 characters, `method` default GET, `body` a string, not with GET or
  *   HEAD, `expect` the status, default 200).
  */
 
@@ -57,6 +60,11 @@ export const OPTION_NAME_RE = /^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,190}$/;
 export const ROLE_NAME_RE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 const CAPABILITY_RE = /^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$/;
 const SHA256_RE = /^[0-9a-fA-F]{64}$/;
+/**
+ * A verify check's path (and query): `/`, not `//`, then RFC 3986's path and query characters
+ * (unreserved, sub-delims, `:`, `@`, `/`, `?`) or percent-encoded octets: what Node sends as it is.
+ */
+const HTTP_PATH_RE = /^\/(?!\/)(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})*$/;
 /** Characters no string of a manifest may hold (SPEC): they could end a quoted PHP or shell string. */
 const FORBIDDEN_CHARS = /[';\\]/;
 // eslint-disable-next-line no-control-regex
@@ -136,21 +144,32 @@ export const PLATFORM_CONSTANTS: ReadonlySet<string> = new Set([
 /** Prefixes of platform constants: the database (`DB_*`, `MYSQL_*`), FTP credentials, PHP's own, the platform's own (`CLOUD_*`). */
 export const PLATFORM_CONSTANT_PREFIXES: readonly string[] = ['DB_', 'MYSQL_', 'FTP_', 'PHP_', 'CLOUD_', '__'];
 
+/**
+ * Whether a recipe may not set the constant: one of the lists above, or one the site's configuration
+ * never takes from a recipe (providers/wordpress/site-files.ts constantNameAllowed, the names
+ * php/wp-config.php defines itself or skips: `DISALLOW_FILE_EDIT`, `AUTOMATIC_UPDATER_DISABLED`,
+ * `WP_AUTO_UPDATE_CORE`, `WPMU_*`, `WP_CONTENT_*`, `WP_PLUGIN_*`...), so that registration refuses
+ * whatever the apply would.
+ */
 export function isPlatformConstant(name: string): boolean {
   const upper = name.toUpperCase();
-  return PLATFORM_CONSTANTS.has(upper) || PLATFORM_CONSTANT_PREFIXES.some((p) => upper.startsWith(p));
+  return PLATFORM_CONSTANTS.has(upper) || PLATFORM_CONSTANT_PREFIXES.some((p) => upper.startsWith(p)) || !constantNameAllowed(name);
 }
 
 /**
  * Options the platform owns, refused in `options`: the site's URLs (the domain endpoints rewrite
  * them), the plugin list (the plugins step), the theme (themes cannot be expressed), the roles table
- * (the roles step), the schedule, the database version, the upload paths, the salts, and
- * `cloud_recipe` (the register step).
+ * (the roles step), the schedule, the database version, the upload paths, the salts,
+ * `cloud_recipe` (the register step), and the platform's own options, which the site's helper
+ * refuses to update too: every name of CLOUD_HELPER_PLATFORM_OPTIONS in
+ * providers/wordpress/php/cloud-helper.php must be here (test/wordpress.recipes.test.ts checks it).
  */
 export const PLATFORM_OPTIONS: ReadonlySet<string> = new Set([
   'siteurl',
   'home',
   'cloud_recipe',
+  'cloud_autologin',
+  'cloud_cdn_url',
   'active_plugins',
   'active_sitewide_plugins',
   'recently_activated',
@@ -223,7 +242,9 @@ const HttpCheckSchema = z.strictObject({
   path: z
     .string()
     .max(2048)
-    .regex(/^\/(?!\/)\S*$/, { error: 'must be a path on the site starting with one `/`, without spaces' })
+    .regex(HTTP_PATH_RE, {
+      error: 'must be a path on the site starting with one `/`, in the characters of a URL (RFC 3986: ASCII, no spaces; percent-encode others, `/%E6%97%A5`)',
+    })
     .meta({ example: '/' }),
   method: z.enum(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']).optional().meta({ description: 'Default GET' }),
   body: z.string().max(65_536).optional().meta({ description: 'Sent as is; not with GET or HEAD' }),
@@ -298,21 +319,48 @@ export const recipeInvalid = (param: string, message: string) => new DomainError
 
 const paramOf = (path: readonly PropertyKey[]): string => path.map(String).join('.');
 
-/** The path of the first string or object key holding a forbidden character, or null. */
-function forbiddenCharPath(value: unknown, path: string[] = []): string[] | null {
-  if (typeof value === 'string') return FORBIDDEN_CHARS.test(value) ? path : null;
-  if (value === null || typeof value !== 'object') return null;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const found = forbiddenCharPath(value[i], [...path, String(i)]);
-      if (found) return found;
-    }
-    return null;
+/**
+ * How deep arrays and objects may nest in an option's value: the site's helper decodes its request
+ * (`{command, args: {options: {<name>: <value>}}}`) with json_decode at a depth of 64.
+ */
+export const OPTION_VALUE_MAX_DEPTH = 32;
+/** How deep arrays and objects may nest in a manifest (an option's value, two levels down, is the deepest part). */
+const MANIFEST_MAX_DEPTH = 64;
+
+/** The nesting depth of arrays and objects in a value (a scalar: 0), walked without recursion. */
+function nestingDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop()!;
+    if (current === null || typeof current !== 'object') continue;
+    deepest = Math.max(deepest, depth + 1);
+    for (const inner of Object.values(current)) stack.push([inner, depth + 1]);
   }
-  for (const [key, inner] of Object.entries(value)) {
-    if (FORBIDDEN_CHARS.test(key)) return [...path, key];
-    const found = forbiddenCharPath(inner, [...path, key]);
-    if (found) return found;
+  return deepest;
+}
+
+/**
+ * The first fault of any string or object key (a forbidden character), or of nesting deeper than
+ * MANIFEST_MAX_DEPTH, with its path; null when there is none. Walked without recursion, depth first
+ * in document order, so that no input overflows the stack.
+ */
+function firstCharFault(input: unknown): { path: string[]; message: string } | null {
+  const forbidden = 'must not contain single quotes, semicolons or backslashes';
+  // `keyed`: the last part of `path` is an object's key (checked before its value, as it comes first).
+  const stack: Array<{ value: unknown; path: string[]; keyed: boolean }> = [{ value: input, path: [], keyed: false }];
+  while (stack.length > 0) {
+    const { value, path, keyed } = stack.pop()!;
+    if (keyed && FORBIDDEN_CHARS.test(path[path.length - 1])) return { path, message: forbidden };
+    if (typeof value === 'string') {
+      if (FORBIDDEN_CHARS.test(value)) return { path, message: forbidden };
+      continue;
+    }
+    if (value === null || typeof value !== 'object') continue;
+    if (path.length >= MANIFEST_MAX_DEPTH) return { path, message: `nests arrays and objects more than ${MANIFEST_MAX_DEPTH} levels deep` };
+    const isArray = Array.isArray(value);
+    const entries: Array<[string, unknown]> = isArray ? value.map((v, i) => [String(i), v]) : Object.entries(value);
+    for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i][1], path: [...path, entries[i][0]], keyed: !isArray });
   }
   return null;
 }
@@ -329,8 +377,8 @@ export interface ParseManifestOptions {
  */
 export function parseManifest(input: unknown, options: ParseManifestOptions = {}): RecipeManifest {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) throw recipeInvalid('body', 'must be a recipe/v1 manifest (a JSON object)');
-  const bad = forbiddenCharPath(input);
-  if (bad) throw recipeInvalid(paramOf(bad) || 'body', 'must not contain single quotes, semicolons or backslashes');
+  const fault = firstCharFault(input);
+  if (fault) throw recipeInvalid(paramOf(fault.path) || 'body', fault.message);
   const parsed = RecipeManifestShape.safeParse(input);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -398,6 +446,8 @@ function checkOptions(options: Record<string, unknown>): void {
   if (names.length > RECIPE_LIMITS.options) throw recipeInvalid('options', `must have at most ${RECIPE_LIMITS.options} entries`);
   for (const name of names) {
     if (isPlatformOption(name)) throw recipeInvalid(`options.${name}`, 'is an option the platform manages; it cannot be set by a recipe');
+    if (nestingDepth(options[name]) > OPTION_VALUE_MAX_DEPTH)
+      throw recipeInvalid(`options.${name}`, `nests arrays and objects more than ${OPTION_VALUE_MAX_DEPTH} levels deep`);
   }
 }
 

@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure, CancellationScope, isCancellation, proxyActivities, sleep } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, CancellationScope, isCancellation, log, proxyActivities, sleep } from '@temporalio/workflow';
 import type { RecipeApplyActivities } from '../../activities/wordpress/recipe-apply.activities';
 import type { ApplyStep, ApplyTarget, PluginResult, StepResult, VerifyResult } from '../../domain/wordpress/recipe-apply';
 import type { OperationInput } from '../kit/operation';
@@ -30,6 +30,21 @@ export interface RecipeApplyResult {
 /** Named in failure messages ("The WordPress site did not complete this step: ..."). */
 export const WORDPRESS_SITE = 'WordPress site';
 
+/**
+ * Failures whose message is written for customers: a step's refusal (domain/wordpress/recipe-apply.ts
+ * ApplyStepRefused) and the backend's refusals (providers/errors.ts), as activities report them.
+ * Anything else (a command's output with the host's paths, a database error, a timeout) is reduced
+ * to "The site did not complete the <step> step." and its text goes to the worker's log only, as
+ * workflows/kit/steps.ts upstreamError does for every operation.
+ */
+const CUSTOMER_MESSAGES = new Set(['ApplyStepRefused', 'BackendRefusedError', 'BackendGoneError']);
+
+/** The message a failed step shows (`error.message` and its `steps[].detail`). */
+function stepFailureMessage(cause: unknown, step: ApplyStep): string {
+  if (cause instanceof ApplicationFailure && CUSTOMER_MESSAGES.has(cause.type ?? '')) return cause.message;
+  return `The site did not complete the ${step} step.`;
+}
+
 const STEP_ORDER: ApplyStep[] = ['checksums', 'backup', 'plugins', 'constants', 'options', 'roles', 'secrets', 'verify', 'register'];
 
 /** The contract code of a failed step (SPEC "Errors": codes inside a failed operation). */
@@ -47,12 +62,16 @@ const FAILURE_CODE: Record<ApplyStep, string> = {
 
 /**
  * Each step heartbeats (20 s) and is retried on another worker when one is lost; the history keeps
- * every finished step, so a worker that takes over resumes at the step that was running.
+ * every finished step, so a worker that takes over resumes at the step that was running. A step
+ * that keeps failing (an error, a lost worker, a site that does not answer) ends after
+ * STEP_ATTEMPTS attempts (about a quarter of a minute of backoff) with the step's code; one that
+ * hangs is cut by the progress deadline (RECIPE_PROGRESS_TIMEOUT).
  */
+const STEP_ATTEMPTS = 5;
 const steps = proxyActivities<RecipeApplyActivities>({
   startToCloseTimeout: '15 minutes',
   heartbeatTimeout: '20 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds' },
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: STEP_ATTEMPTS },
 });
 const bookkeeping = proxyActivities<RecipeApplyActivities>({
   startToCloseTimeout: '1 minute',
@@ -63,7 +82,8 @@ const bookkeeping = proxyActivities<RecipeApplyActivities>({
  * `wordpress.recipe_apply` (SPEC "Recipes"): checksums, backup, plugins, constants, options, roles,
  * secrets, verify, register, in this order, each idempotent, progress recorded at each step with the
  * result so far (`steps` with each one's status). A step that fails ends the apply `failed` with
- * its contract code and `error.step`; the steps after it are `not_run`. There is no rollback: the
+ * its contract code and `error.step`, with a message for customers (stepFailureMessage); the steps
+ * after it are `not_run`. There is no rollback: the
  * backup of step 2 is the way back. A step that makes no progress for RECIPE_PROGRESS_TIMEOUT (its
  * activity neither finishes nor is taken over) fails the apply `interrupted`. Secret values never
  * pass through here: the register step seals them for the claim endpoint.
@@ -121,7 +141,13 @@ export async function wordpressRecipeApplyWorkflow(input: RecipeApplyInput): Pro
         throw err;
       }
       const cause = err instanceof ActivityFailure ? err.cause : err;
-      const message = cause instanceof Error ? cause.message : String(cause);
+      const message = stepFailureMessage(cause, name);
+      if (!(cause instanceof ApplicationFailure && CUSTOMER_MESSAGES.has(cause.type ?? ''))) {
+        log.warn('recipe apply step failed', {
+          step: name,
+          error: err instanceof Error ? `${err.message}${cause instanceof Error && cause !== err ? `: ${cause.message}` : ''}` : String(err),
+        });
+      }
       const code =
         cause instanceof ApplicationFailure && cause.type === 'ApplyStepRefused'
           ? ((cause.details?.[0] as { code?: string })?.code ?? FAILURE_CODE[name])

@@ -4,9 +4,11 @@ import { randomBase62 } from '../../../common/crypto';
 import { formatId } from '../../../common/ids';
 import { iso } from '../../../common/time';
 import type { ServiceRow } from '../../../domain/services';
+import { primaryHostOf } from '../../../domain/wordpress/domains';
 import { domainsOf, findVisibleSite, visibleSitesQuery, type SiteRow } from '../../../domain/wordpress/store';
 import { liveRead } from '../../../providers/errors';
 import type { WpLive } from '../../../providers/wordpress.provider';
+import type { AppDeps } from '../../deps';
 import { keysetPage, listEnvelope, listFingerprint, paginationQuery } from '../../pagination';
 import { defineRoute } from '../../route';
 import { listOf } from '../../schemas';
@@ -33,8 +35,11 @@ export const SiteSchema = z
     id: z.string(),
     name: z.string().meta({ description: 'The platform hostname (the order’s `site_name`)' }),
     status: z.string().meta({ description: 'The service’s billing status' }),
-    primary_domain: z.string().nullable(),
-    url: z.string().nullable().meta({ description: 'The site’s home: `http://<primary_domain>`' }),
+    primary_domain: z.string().nullable().meta({ description: 'The primary domain’s name (an apex custom domain is served with its `www.` form)' }),
+    url: z
+      .string()
+      .nullable()
+      .meta({ description: 'The site’s home: `http://<primary host>`, the primary domain, or its `www.` form for an apex custom domain' }),
     ip: z.string().nullable().meta({ description: 'Where the site answers HTTP by Host (domains must point here)' }),
     http_port: z.number().int().nullable(),
     capabilities: z.record(z.string(), z.boolean()),
@@ -51,14 +56,26 @@ const AutologinSchema = z
   })
   .meta({ id: 'WordpressAutologin' });
 
-function presentSite(service: ServiceRow, site: Pick<SiteRow, 'name' | 'ip' | 'http_port'> | null, primary: string | null, live: WpLive | null) {
+/** The primary domain's name and the host `home` uses (an apex custom domain's `www.` form). */
+interface Primary {
+  domain: string;
+  host: string;
+}
+
+/** The site's primary (the platform hostname when no row says otherwise). */
+async function primaryOf(db: AppDeps['db'], site: Pick<SiteRow, 'service_id' | 'name'>): Promise<Primary> {
+  const row = (await domainsOf(db, site.service_id)).find((d) => d.primary);
+  return row ? { domain: row.domain, host: primaryHostOf(row) } : { domain: site.name, host: site.name };
+}
+
+function presentSite(service: ServiceRow, site: Pick<SiteRow, 'name' | 'ip' | 'http_port'> | null, primary: Primary | null, live: WpLive | null) {
   return {
     object: 'wordpress_site' as const,
     id: formatId('svc', service.id),
     name: site?.name ?? service.label ?? formatId('svc', service.id),
     status: service.status,
-    primary_domain: primary,
-    url: primary ? `http://${primary}` : null,
+    primary_domain: primary?.domain ?? null,
+    url: primary ? `http://${primary.host}` : null,
     ip: site?.ip ?? null,
     http_port: site?.http_port ?? null,
     capabilities: (service.capabilities ?? {}) as Record<string, boolean>,
@@ -77,6 +94,8 @@ export const siteRoutes = [
     tag: TAG,
     scope: 'wordpress:console',
     marks: [],
+    // A credential: never replayed from an Idempotency-Key, never cached (Cache-Control: no-store).
+    returnsSecret: true,
     params: siteParams,
     responses: [{ status: 200, description: 'The login URL', schema: AutologinSchema }, NOT_READY],
     async handler({ params, principal, deps }) {
@@ -84,9 +103,10 @@ export const siteRoutes = [
       const token = randomBase62(43);
       const expires = new Date(Date.now() + AUTOLOGIN_TTL_SECONDS * 1000);
       await deps.providers.wordpress.armAutologin(service.id, createHash('sha256').update(token).digest('hex'), expires);
-      const primary = (await domainsOf(deps.db, service.id)).find((d) => d.primary)?.domain ?? site.name;
+      // The host `home` names: WordPress sets its cookies for it.
+      const { host } = await primaryOf(deps.db, site);
       return {
-        body: { object: 'wordpress_autologin' as const, url: `http://${primary}/?cloud_autologin=${token}`, expires_in_seconds: AUTOLOGIN_TTL_SECONDS },
+        body: { object: 'wordpress_autologin' as const, url: `http://${host}/?cloud_autologin=${token}`, expires_in_seconds: AUTOLOGIN_TTL_SECONDS },
       };
     },
   }),
@@ -103,7 +123,7 @@ export const siteRoutes = [
     responses: [{ status: 200, description: 'The site', schema: SiteSchema }],
     async handler({ params, principal, deps }) {
       const { service, site } = await findVisibleSite(deps.db, principal, params.id);
-      const primary = site ? ((await domainsOf(deps.db, service.id)).find((d) => d.primary)?.domain ?? site.name) : null;
+      const primary = site ? await primaryOf(deps.db, site) : null;
       const live = site?.ip ? await liveRead(deps.config.BACKEND_LIVE_TIMEOUT, () => deps.providers.wordpress.live(service.id)) : null;
       return { body: presentSite(service, site, primary, live) };
     },
@@ -122,6 +142,7 @@ export const siteRoutes = [
     async handler({ query, principal, deps }) {
       const qb = visibleSitesQuery(deps.db, principal).select(
         deps.db.raw('(select domain from wordpress_domains d where d.service_id = services.id and d."primary" limit 1) as site_primary'),
+        deps.db.raw('(select platform from wordpress_domains d where d.service_id = services.id and d."primary" limit 1) as site_primary_platform'),
       );
       const page = await keysetPage(qb, {
         cursors: deps.cursors,
@@ -132,8 +153,21 @@ export const siteRoutes = [
       });
       return {
         body: listEnvelope(
-          page.rows.map((row: ServiceRow & { site_name: string | null; site_ip: string | null; site_http_port: number | null; site_primary: string | null }) =>
-            presentSite(row, row.site_name ? { name: row.site_name, ip: row.site_ip, http_port: row.site_http_port } : null, row.site_primary, null),
+          page.rows.map(
+            (
+              row: ServiceRow & {
+                site_name: string | null;
+                site_ip: string | null;
+                site_http_port: number | null;
+                site_primary: string | null;
+                site_primary_platform: boolean | null;
+              },
+            ) => {
+              const primary = row.site_primary
+                ? { domain: row.site_primary, host: primaryHostOf({ domain: row.site_primary, platform: row.site_primary_platform === true }) }
+                : null;
+              return presentSite(row, row.site_name ? { name: row.site_name, ip: row.site_ip, http_port: row.site_http_port } : null, primary, null);
+            },
           ),
           page,
         ),

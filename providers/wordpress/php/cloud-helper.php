@@ -260,7 +260,8 @@ function cloud_helper_activate( $file ) {
 /**
  * Checks every entry of the zip before anything is written: names inside one top folder equal to
  * the slug, no `..`, absolute path or backslash, no symbolic link or device, at most 5000 entries
- * and 100 MB uncompressed.
+ * and 100 MB uncompressed. `__MACOSX/` entries and `./` segments are skipped (see below); a zip of
+ * nothing else holds no plugin.
  */
 function cloud_helper_zip_entries( ZipArchive $zip, $slug ) {
 	if ( $zip->numFiles > CLOUD_HELPER_MAX_ZIP_ENTRIES ) {
@@ -284,14 +285,20 @@ function cloud_helper_zip_entries( ZipArchive $zip, $slug ) {
 			cloud_helper_refuse( 'The zip has an entry with an absolute path.', 'zip' );
 		}
 		$is_dir = '/' === substr( $name, -1 );
-		$parts  = explode( '/', $is_dir ? substr( $name, 0, -1 ) : $name );
-		foreach ( $parts as $part ) {
+		$parts  = array();
+		foreach ( explode( '/', $name ) as $part ) {
 			if ( '..' === $part ) {
 				cloud_helper_refuse( 'The zip has an entry outside its folder (..).', 'zip' );
 			}
-			if ( '' === $part || '.' === $part ) {
-				cloud_helper_refuse( 'The zip has an entry with an invalid name.', 'zip' );
+			// `./` and empty segments name nothing (`./slug/x.php` is `slug/x.php`).
+			if ( '' !== $part && '.' !== $part ) {
+				$parts[] = $part;
 			}
+		}
+		// A folder entry of its own (`./`), and macOS's resource forks: skipped, never extracted, as
+		// WordPress and the control plane's zipTopFolder (domain/wordpress/plugins.ts) skip them.
+		if ( 0 === count( $parts ) || '__MACOSX' === $parts[0] ) {
+			continue;
 		}
 		if ( $parts[0] !== $slug || ( 1 === count( $parts ) && ! $is_dir ) ) {
 			cloud_helper_refuse( 'The zip\'s top folder must be the plugin\'s slug "' . $slug . '".', 'slug' );
@@ -552,7 +559,10 @@ function cloud_helper_option_name( $name, $param ) {
 	return $name;
 }
 
-/** Options only the platform writes, through their own commands. */
+/**
+ * Options only the platform writes, through their own commands. Recipes refuse each of them at
+ * registration too (domain/wordpress/recipes.ts PLATFORM_OPTIONS, which must hold every name here).
+ */
 const CLOUD_HELPER_PLATFORM_OPTIONS = array( 'cloud_autologin', 'cloud_cdn_url', 'siteurl', 'home', 'db_version' );
 
 function cloud_helper_run( $command, array $args, $root ) {
