@@ -5,6 +5,7 @@ import { LIVE_STATUSES } from '../../domain/per-account';
 import { provisionTargetOf } from '../../domain/provisioning';
 import { WordpressProvisioner } from '../../domain/wordpress/provisioner';
 import type { Providers } from '../../providers';
+import { seedSampleRecipe } from './wordpress-recipes.seed';
 
 /**
  * Every live hosted site gets its site as an order would build it: the seeded `blog.example.test`
@@ -29,4 +30,6 @@ export async function seedWordpress(db: Knex, providers: Providers, keyring: Key
     const target = await provisionTargetOf(db, Number(s.id));
     if (target) await provisioner.provision(target);
   }
+  // The sample recipe (db/seeds/wordpress-sample-recipe.json) for the demo account, to apply to its site.
+  await seedSampleRecipe(db);
 }
