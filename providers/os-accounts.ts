@@ -120,7 +120,11 @@ export async function ensureAccount(name: string, owner: { purpose: string; data
   for (let attempt = 0; attempt < 8; attempt++) {
     last = await locked('useradd', args);
     const account = await lookupAccount(name);
-    if (account) return account;
+    if (account) {
+      // useradd hands a freed uid out again: nothing a former holder left keyed by it may apply to this one.
+      await releaseUid(account.uid);
+      return account;
+    }
     await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
   }
   throw new Error(`useradd ${name} failed (${last.code}): ${last.stderr.trim() || last.stdout.trim() || 'no output'}`);
@@ -133,8 +137,10 @@ export async function ensureAccount(name: string, owner: { purpose: string; data
  */
 export async function removeAccount(name: string): Promise<void> {
   if (!isolatedAccounts() || !DERIVED_NAME.test(name)) return;
-  if (!(await lookupAccount(name))) return;
+  const account = await lookupAccount(name);
+  if (!account) return;
   await exec('pkill', ['-KILL', '-u', name]);
+  await releaseUid(account.uid);
   await removeLeftovers(name);
   // 8: still logged in (a process outlived its server's stop): kill what is left first. Any other
   // failure is most often /etc/passwd's lock held by a parallel useradd/userdel: try again.
@@ -144,6 +150,17 @@ export async function removeAccount(name: string): Promise<void> {
     if (removed.code !== 0) await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
   }
   if (await lookupGroup(name)) await locked('groupdel', [name]);
+}
+
+/**
+ * Forgets what the host keeps keyed by a uid rather than by a name: a hosted site's firewall rules
+ * (`-m owner --uid-owner`, providers/wordpress/egress.ts). Called when an account goes and when a
+ * new one gets a uid: rules a removed account left (its site's directory deleted without a destroy)
+ * must never apply to the next account that gets its uid. Loaded on use (that module reads accounts).
+ */
+async function releaseUid(uid: number): Promise<void> {
+  const { removeSiteEgress } = await import('./wordpress/egress');
+  await removeSiteEgress(uid).catch(() => undefined);
 }
 
 /** Directories every account may write to, outside any resource's own directory. */

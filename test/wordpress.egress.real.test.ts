@@ -138,4 +138,12 @@ describe.runIf(enabled)('WordPress site egress rules (iptables, as root)', () =>
     expect(() => rules(siteChain(account.uid))).toThrow();
     expect((await removeSiteEgress(account.uid)).changed).toBe(false);
   });
+
+  it('goes with the account: a removed account leaves no rule for the next account its uid is given to', async () => {
+    const spare = await ensureAccount(accountNameFor('wp', dir, 'egress-spare'), { purpose: 'WordPress egress test', dataDir: dir });
+    await applySiteEgress({ uid: spare.uid, database: { host: '127.0.0.1', port: ports.database }, relay: null });
+    expect(await siteEgressUids()).toContain(spare.uid);
+    await removeAccount(spare.name);
+    expect(await siteEgressUids()).not.toContain(spare.uid);
+  });
 });
