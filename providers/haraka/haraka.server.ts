@@ -1,6 +1,7 @@
 import { copyFileSync, chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
+import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -302,8 +303,31 @@ export class HarakaServer {
  * exit handler, after which it no longer looks like the server.
  */
 async function stopped(pid: number, dataDir: string): Promise<void> {
+  // The process's start time tells it from a later process given the same pid.
+  const started = await startTimeOf(pid);
   await stopProcess(pid, serverOf(dataDir), STOP_GRACE_MS);
   await waitFor(async () => !(await processAlive(pid, (args) => serverOf(dataDir)(args) || args[0] === 'haraka')), 5_000, 20);
+  // On a loaded machine its exit handler can outlast the wait, under a name no longer its own: it
+  // is still ours (same start time), and a stop that returns must mean it is gone.
+  if (started === null || (await startTimeOf(pid)) !== started) return;
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // exited meanwhile
+  }
+  await waitFor(async () => (await startTimeOf(pid)) !== started, 10_000, 20);
+}
+
+/** The start time of `pid` (field 22 of /proc/<pid>/stat, clock ticks since boot), or null when there is no such live process. */
+async function startTimeOf(pid: number): Promise<string | null> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // A zombie has exited: only its parent's reaping is left.
+    return fields[0] === 'Z' || fields[0] === 'X' ? null : (fields[19] ?? null);
+  } catch {
+    return null;
+  }
 }
 
 /** Stops the Haraka of `dataDir` through its pidfile (SIGTERM: graceful; SIGKILL after a grace period); nothing running is fine. */
