@@ -4,49 +4,58 @@
  * socket, and cron firing lateness.
  *
  *   npx tsx bench/serverless.bench.ts [--parts=kv,functions,cron] [--duration=5] [--warmup=1] [--rounds=3]
- *       [--connections=50] [--keys=10000] [--kv-ops=get,put] [--fn-concurrency=1,10] [--schedules=10] [--cron-seconds=30] [--cron-rounds=1] [--interval=1]
+ *       [--connections=50] [--keys=10000] [--kv-ops=get,put] [--kv-processes=1,2] [--busy-cores=0.15] [--busy-retries=3]
+ *       [--fn-concurrency=1,10] [--schedules=10] [--interval=60] [--cron-seconds=300] [--cron-rounds=1]
  *   npx tsx bench/serverless.bench.ts --parts=kv --duration=2 --rounds=1     # a quick look
  *   npx tsx bench/serverless.bench.ts --parts=functions --cpu-prof=/tmp/prof  # a V8 profile of the plane (bench/cpu-profile.ts)
- *   npx tsx bench/serverless.bench.ts --parts=cron --schedules=1 --cron-seconds=120   # one schedule's lateness, firing by firing
- *   BENCH_DUMP_SCHEDULER=1 npx tsx bench/serverless.bench.ts --parts=cron --cron-seconds=10   # ... and its scheduler workflow's events
+ *   npx tsx bench/serverless.bench.ts --parts=cron --interval=1 --schedules=1 --cron-seconds=120   # one schedule every second, firing by firing
+ *   BENCH_DUMP_SCHEDULER=1 npx tsx bench/serverless.bench.ts --parts=cron --interval=2 --cron-seconds=10   # ... and its scheduler workflow's events
  *
  * Set-up, without vitest: a fresh database (createTestDatabase); one account per primitive with a
  * serverless service (`services` row family `other`, product `serverless-<primitive>` (the paid
  * plans: no hard cap, so no quota read per request), product_family `serverless`) built by
  * `ServerlessProvisioner`, and a data-plane token (`rotateTokens`). The data plane runs in a process
- * of its own: this file with `--child=plane`, which wires it as `npm run serverless` does
- * (`serverlessPlaneOf` of dataplane/serverless/main.ts: Redis started daemonised in
- * SERVERLESS_DATA_DIR/redis, workerd sandboxes under bubblewrap, its children) on a temporary
- * SERVERLESS_DATA_DIR, and answers `inspect` over IPC with the workerd process of a tenant
- * (`WorkerdRuntime.inspect`). The load comes from `wrk` (Debian; one thread, keep-alive, a Lua script
- * that prints wrk's own summary as JSON) and `redis-benchmark`, processes of their own: a Node load
- * generator costs as much CPU as the plane on these 2 cores (docs/research/serverless-backends.md).
+ * of its own: this file with `--child=plane`, which wires and serves it as `npm run serverless` does
+ * (`serverlessPlaneOf` and `listenServerless` of dataplane/serverless/main.ts: Redis started
+ * daemonised in SERVERLESS_DATA_DIR/redis, workerd sandboxes under bubblewrap, its children, and
+ * SERVERLESS_KV_PROCESSES - 1 kv helper processes) on a temporary SERVERLESS_DATA_DIR, and answers
+ * `inspect` over IPC with the workerd process of a tenant (`WorkerdRuntime.inspect`) and `pids` with
+ * its processes. The load comes from `wrk` (Debian; one thread, keep-alive, a Lua script that prints
+ * wrk's own summary as JSON) and `redis-benchmark`, processes of their own: a Node load generator
+ * costs as much CPU as the plane on these 2 cores (docs/research/serverless-backends.md).
  *
  * 1. kv: `GET` and `PUT /kv/v1/ns/bench/keys/k<n>` (Bearer kvt_), n uniform over `--keys` names, 64-byte
  *    values (every key written beforehand), `wrk -t1 -c<connections>`, against
  *    `redis-benchmark -t get|set -c <connections> -d 64 -r <keys>` logged in as the admin user
- *    (`adminConnection()`) on the same Redis. `--warmup` s then `--duration` s per wrk window;
- *    redis-benchmark's request count is set from a warm-up run so that it lasts about as long.
- *    `--rounds` rounds whose order rotates; the median round counts. Target: the plane >= 50 % of
+ *    (`adminConnection()`) on the same Redis: the same concurrency on both sides, one request in
+ *    flight per connection (neither pipelines). `--warmup` s then `--duration` s per wrk window;
+ *    redis-benchmark's request count is set from a warm-up run so that it lasts about as long. For
+ *    each of `--kv-processes` (the plane's SERVERLESS_KV_PROCESSES, a fresh plane each, the same
+ *    Redis and data) `--rounds` rounds whose order rotates; the median round counts. A window in
+ *    which the machine's other processes used more than `--busy-cores` is run again, up to
+ *    `--busy-retries` times (each window prints its "others"). Target: the plane >= 50 % of
  *    redis-benchmark, GET against GET and PUT against SET.
  * 2. functions: a hello-world module deployed with `PUT /functions/v1/functions/hello`, invoked at its
  *    public URL `/functions/run/<handle>/hello` and directly on the tenant's workerd socket
  *    (`inspect(handle).port`) with the header the runtime adds (`cf-fn-name: hello`, which the router
  *    worker dispatches on; providers/workerd/config.ts, proxy.ts), `wrk -t1 -c<n>` for each of
- *    `--fn-concurrency`, same windows and rounds. Target: < 2 ms added at p50 (median rounds).
+ *    `--fn-concurrency`, same windows and rounds, on the plane the kv part left (its last
+ *    SERVERLESS_KV_PROCESSES). Target: < 2 ms added at p50 (median rounds).
  * 3. cron: the data plane again (a fresh child) with a Temporal dev server (.tools/, in memory) and the
  *    worker as `npm run worker` runs it (`workers/main.ts`, its own process, simulated backends, the
  *    same CLOUD_MASTER_KEY), CRON_MIN_INTERVAL=1 and ALLOW_INSECURE_TARGETS=1. `--schedules`
- *    schedules of one tenant, `POST /cron/v1/schedules {interval_seconds: <--interval>}`, each POSTing
- *    to its own path of a node:http receiver in this process, for `--cron-seconds`, then deleted
- *    (`--cron-rounds` times). Lateness = arrival (wall clock) - the run's
- *    `serverless_cron_runs.scheduled_at` (Temporal's TemporalScheduledStartTime: interval schedules
- *    fire on whole multiples of the interval since the epoch, checked), arrivals matched to delivered
- *    runs per schedule (`Cloud-Schedule` header) in order. Where it goes: `started_at` (the claim's
- *    transaction start, in the activity) splits it in two; the workflow histories of up to
- *    `--histories` runs split the first part at their events; and the first schedule's own scheduler
- *    workflow (`temporal-sys-scheduler:serverless-cron:<id>`) gives how long its timers asked to
- *    sleep and how long they slept. Target: p99 < 1 s.
+ *    schedules of one tenant, `POST /cron/v1/schedules {interval_seconds: <--interval>}` (by default
+ *    60, the product's minimum), each POSTing to its own path of a node:http receiver in this
+ *    process, for `--cron-seconds`, then deleted (`--cron-rounds` times). From 10 s intervals on, the
+ *    schedules are made 2 s after a firing time and deleted half an interval after the last firing
+ *    counted. Lateness = arrival (wall clock) - the run's `serverless_cron_runs.scheduled_at`
+ *    (Temporal's TemporalScheduledStartTime: interval schedules fire on whole multiples of the
+ *    interval since the epoch, checked), arrivals matched to delivered runs per schedule
+ *    (`Cloud-Schedule` header) in order. Where it goes: `started_at` (the claim's transaction start,
+ *    in the activity) splits it in two; the workflow histories of up to `--histories` runs split the
+ *    first part at their events; and the first schedule's own scheduler workflow
+ *    (`temporal-sys-scheduler:serverless-cron:<id>`) gives how long its timers asked to sleep and how
+ *    long they slept. Target: p99 < 1 s, over the firings of every round.
  *
  * CPU per request from /proc: the plane, Redis, workerd, the load generator (this process's reaped
  * children). Whether a test suite ran beside the bench is printed (looked for every 5 s). The
@@ -69,7 +78,7 @@ import { DefaultLogger, Runtime } from '@temporalio/worker';
 import type { Knex } from 'knex';
 import { loadConfig } from '../common/config';
 import { createDb } from '../db/knex';
-import { serverlessDirs, serverlessPlaneOf } from '../dataplane/serverless/main';
+import { listenServerless, serverlessDirs, serverlessPlaneOf } from '../dataplane/serverless/main';
 import type { Primitive } from '../domain/serverless/plans';
 import { ServerlessProvisioner } from '../domain/serverless/provisioner';
 import { rotateTokens } from '../domain/serverless/manage';
@@ -97,13 +106,18 @@ const CONNECTIONS = Number(arg('connections', '50'));
 const KEYS = Number(arg('keys', '10000'));
 /** Which kv operations: `get` (GET against redis-benchmark's GET), `put` (PUT against SET). */
 const KV_OPS = list(arg('kv-ops', 'get,put'));
+/** The plane's SERVERLESS_KV_PROCESSES, one kv measurement each (the functions part runs with the last). */
+const KV_PROCESSES = list(arg('kv-processes', '1,2')).map(Number);
+/** A load window in which the machine's other processes used more cores than this is run again (at most BUSY_RETRIES times). */
+const BUSY_CORES = Number(arg('busy-cores', '0.15'));
+const BUSY_RETRIES = Number(arg('busy-retries', '3'));
 const VALUE_BYTES = 64;
 const FN_CONCURRENCY = list(arg('fn-concurrency', '1,10')).map(Number);
 const SCHEDULES = Number(arg('schedules', '10'));
-const CRON_SECONDS = Number(arg('cron-seconds', '30'));
+const CRON_SECONDS = Number(arg('cron-seconds', '300'));
 const CRON_ROUNDS = Number(arg('cron-rounds', '1'));
-/** The schedules' `interval_seconds`. */
-const INTERVAL_S = Number(arg('interval', '1'));
+/** The schedules' `interval_seconds`: by default the product's minimum (CRON_MIN_INTERVAL, DECISIONS: 60). */
+const INTERVAL_S = Number(arg('interval', '60'));
 /** Runs per cron round whose Temporal history is read, for the split of the lateness. */
 const HISTORIES = Number(arg('histories', '40'));
 const CHILD = arg('child', '');
@@ -271,13 +285,15 @@ async function planeChild(): Promise<void> {
       if (errors++ < 5) console.error(`plane error: ${err.message}`);
     },
   });
-  const url = await plane.listen(config.SERVERLESS_PORT, '127.0.0.1');
+  // As `npm run serverless` serves it: SERVERLESS_KV_PROCESSES - 1 kv helpers beside this process.
+  const url = await listenServerless(config, plane, (err) => console.error(`plane: ${err.message}`));
   // The runtime serverlessPlaneOf made (the plane keeps it private): for `inspect`, nothing else.
   const runtime = (plane.functions as unknown as { deps: { runtime: unknown } } | null)?.deps.runtime;
   if (!(runtime instanceof WorkerdRuntime)) throw new Error('the plane has no workerd runtime');
   process.on('message', (m: ChildMessage) => {
     if (m.type === 'inspect') process.send!({ type: 'inspected', workerd: runtime.inspect(String(m.handle)) });
     if (m.type === 'errors') process.send!({ type: 'errors-count', errors });
+    if (m.type === 'pids') process.send!({ type: 'pids', pids: [process.pid, ...plane.helperPids()] });
   });
   exitWithParent(async () => {
     await plane.close();
@@ -334,6 +350,8 @@ interface FnRow {
 interface CronRound {
   firings: number;
   lateness: Summary;
+  /** Every firing's lateness (ms): the verdict pools the rounds. */
+  samples: number[];
   toClaim: Summary;
   claimToArrival: Summary;
   missed: number;
@@ -474,26 +492,14 @@ async function main(): Promise<void> {
 
     // 1. kv ------------------------------------------------------------------------------------
     if (kvTenant) {
-      const plane = await planeFor('kv');
       const keyUrl = (n: number) => `${base}/kv/v1/ns/bench/keys/k${n}`;
       const value = randomBytes(VALUE_BYTES / 2).toString('hex');
-      const started = now();
-      await pool(
-        Array.from({ length: KEYS }, (_, i) => i),
-        32,
-        async (n) => {
-          const res = await fetch(keyUrl(n), { method: 'PUT', headers: { authorization: `Bearer ${kvTenant.token}` }, body: value });
-          await res.arrayBuffer();
-          if (res.status !== 204) throw new Error(`PUT k${n}: ${res.status}`);
-        },
-      );
-      const check = await fetch(keyUrl(KEYS - 1), { headers: { authorization: `Bearer ${kvTenant.token}` } });
-      if ((await check.text()) !== value) throw new Error('GET did not answer the value PUT');
-      console.log(`\n1. kv: ${KEYS} keys of ${VALUE_BYTES} bytes written in ${f(now() - started, 0).trim()} ms (fetch, 32 at a time)`);
-      const redis = await RedisServer.find(redisDir);
-      if (!redis) throw new Error(`no Redis running in ${redisDir}`);
-      const admin = redisAdminConnection(redisDir)!;
-      const planePid = plane.child.pid!;
+      const redisFound = async () => {
+        const found = await RedisServer.find(redisDir);
+        if (!found) throw new Error(`no Redis running in ${redisDir}`);
+        return found;
+      };
+      const admin = () => redisAdminConnection(redisDir)!;
       const scripts = {
         get: wrkScript(
           scratch,
@@ -512,83 +518,120 @@ math.randomseed(27)
 request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.random(0, ${KEYS - 1}), nil, body) end`,
         ),
       };
-      // redis-benchmark runs a request count: sized from a warm-up run to last about a window.
-      const calibrate = await redisBenchmark(admin, 'set', 100_000);
-      const rbRequests = Math.max(10_000, Math.round((calibrate.rate * DURATION_S) / 1000) * 1000);
-      console.log(
-        `  Redis ${redis.host}:${redis.port} (pid ${redis.pid}); redis-benchmark warm-up SET ${int(calibrate.rate)}/s: ${int(rbRequests)} requests per run; ` +
-          `wrk -t1 -c${CONNECTIONS}, ${DURATION_S} s after ${WARMUP_S} s; load ${load()}`,
-      );
-      const groups = { plane: () => [planePid], redis: () => [redis.pid] };
-      type Measured<T> = { result: T; cpu: Record<string, number>; cores: Record<string, number> };
-      const measured = async <T extends { requests: number; seconds: number }>(fn: () => Promise<T>): Promise<Measured<T>> => {
-        const before: Record<string, number> = { ...cpuSnapshot(groups), loader: reapedChildrenCpuSeconds() };
-        const t0 = now();
-        const result = await fn();
-        const seconds = (now() - t0) / 1000;
-        const after: Record<string, number> = { ...cpuSnapshot(groups), loader: reapedChildrenCpuSeconds() };
-        const cpu = Object.fromEntries(['plane', 'redis', 'loader'].map((k) => [k, ((after[k] - before[k]) * 1000) / Math.max(1, result.requests)]));
-        return { result, cpu, cores: cpuDelta(before, after, seconds) };
-      };
-      const variants: Record<string, () => Promise<Measured<WrkResult | RbResult>>> = {
-        'plane GET': async () => {
-          if (WARMUP_S > 0) await wrk(base, scripts.get, CONNECTIONS, WARMUP_S);
-          return measured(() => wrk(base, scripts.get, CONNECTIONS, DURATION_S));
-        },
-        'plane PUT': async () => {
-          if (WARMUP_S > 0) await wrk(base, scripts.put, CONNECTIONS, WARMUP_S);
-          return measured(() => wrk(base, scripts.put, CONNECTIONS, DURATION_S));
-        },
-        'redis GET': () => measured(() => redisBenchmark(admin, 'get', rbRequests)),
-        'redis SET': () => measured(() => redisBenchmark(admin, 'set', rbRequests)),
-      };
-      const names = Object.keys(variants).filter((n) => KV_OPS.includes(n.endsWith('GET') ? 'get' : 'put'));
-      const rounds: Record<string, Measured<WrkResult | RbResult>[]> = Object.fromEntries(names.map((n) => [n, []]));
-      for (let round = 0; round < ROUNDS; round++) {
-        const line: string[] = [];
-        for (let j = 0; j < names.length; j++) {
-          const name = names[(round + j) % names.length];
-          const m = await variants[name]();
-          rounds[name].push(m);
-          const w = m.result as Partial<WrkResult>;
-          line.push(`${name} ${int(m.result.rate)}/s${w.status || w.socket ? ` (NOT 2xx ${w.status}, socket errors ${w.socket})` : ''}`);
+      let rbRequests = 0;
+      for (const [index, kvProcesses] of KV_PROCESSES.entries()) {
+        // A plane with this many kv processes (SERVERLESS_KV_PROCESSES), the Redis and its data staying.
+        if (plane) await plane.stop();
+        plane = null;
+        const current = await planeFor('kv', { SERVERLESS_KV_PROCESSES: String(kvProcesses) });
+        const { pids: planePids } = (await ask(current.child, { type: 'pids' }, 'pids')) as unknown as { pids: number[] };
+        if (index === 0) {
+          const started = now();
+          await pool(
+            Array.from({ length: KEYS }, (_, i) => i),
+            32,
+            async (n) => {
+              const res = await fetch(keyUrl(n), { method: 'PUT', headers: { authorization: `Bearer ${kvTenant.token}` }, body: value });
+              await res.arrayBuffer();
+              if (res.status !== 204) throw new Error(`PUT k${n}: ${res.status}`);
+            },
+          );
+          const check = await fetch(keyUrl(KEYS - 1), { headers: { authorization: `Bearer ${kvTenant.token}` } });
+          if ((await check.text()) !== value) throw new Error('GET did not answer the value PUT');
+          console.log(`\n1. kv: ${KEYS} keys of ${VALUE_BYTES} bytes written in ${f(now() - started, 0).trim()} ms (fetch, 32 at a time)`);
+          // redis-benchmark runs a request count: sized from a warm-up run to last about a window.
+          const calibrate = await redisBenchmark(admin(), 'set', 100_000);
+          rbRequests = Math.max(10_000, Math.round((calibrate.rate * DURATION_S) / 1000) * 1000);
+          console.log(`  redis-benchmark warm-up SET ${int(calibrate.rate)}/s: ${int(rbRequests)} requests per run`);
         }
-        console.log(`  round ${round + 1}: ${line.join(', ')}  [load ${load()}]`);
-      }
-      const medianOf = (name: string) => {
-        const rates = rounds[name].map((m) => m.result.rate);
-        return rounds[name][rates.indexOf(median(rates))];
-      };
-      for (const [label, planeName, redisName] of [
-        ['GET', 'plane GET', 'redis GET'],
-        ['PUT / SET', 'plane PUT', 'redis SET'],
-      ] as const) {
-        if (!names.includes(planeName)) continue;
-        const p = medianOf(planeName);
-        const r = medianOf(redisName);
-        const row: KvRow = {
-          name: label,
-          plane: p.result as WrkResult,
-          redis: r.result as RbResult,
-          cpu: { plane: p.cpu.plane, planeRedis: p.cpu.redis, wrk: p.cpu.loader, redis: r.cpu.redis, redisBenchmark: r.cpu.loader },
-          cores: { plane: p.cores, redis: r.cores },
+        const redis = await redisFound();
+        console.log(
+          `  SERVERLESS_KV_PROCESSES=${kvProcesses}: the plane's processes ${planePids.join(', ')}; Redis ${redis.host}:${redis.port} (pid ${redis.pid}); ` +
+            `wrk -t1 -c${CONNECTIONS} and redis-benchmark -c ${CONNECTIONS} (one request in flight per connection, no pipelining), ` +
+            `${DURATION_S} s after ${WARMUP_S} s; load ${load()}`,
+        );
+        const groups = { plane: () => planePids, redis: () => [redis.pid] };
+        type Measured<T> = { result: T; cpu: Record<string, number>; cores: Record<string, number>; repeated: number };
+        const measureOnce = async <T extends { requests: number; seconds: number }>(fn: () => Promise<T>): Promise<Measured<T>> => {
+          const before: Record<string, number> = { ...cpuSnapshot(groups), loader: reapedChildrenCpuSeconds() };
+          const t0 = now();
+          const result = await fn();
+          const seconds = (now() - t0) / 1000;
+          const after: Record<string, number> = { ...cpuSnapshot(groups), loader: reapedChildrenCpuSeconds() };
+          const cpu = Object.fromEntries(['plane', 'redis', 'loader'].map((k) => [k, ((after[k] - before[k]) * 1000) / Math.max(1, result.requests)]));
+          return { result, cpu, cores: cpuDelta(before, after, seconds), repeated: 0 };
         };
-        kvRows.push(row);
-        const ratio = row.plane.rate / row.redis.rate;
-        const perRound = rounds[planeName].map((m, i) => (m.result.rate / rounds[redisName][i].result.rate).toFixed(2)).join(', ');
-        console.log(
-          `  ${label.padEnd(9)} plane ${f(row.plane.rate)}/s p50 ${f(row.plane.p50, 5)} p99 ${f(row.plane.p99, 5)} ms; redis-benchmark ${f(row.redis.rate)}/s p50 ${f(row.redis.p50, 5)} p99 ${f(row.redis.p99, 5)} ms; ` +
-            `ratio ${pct(ratio)} (round by round ${perRound})`,
-        );
-        console.log(
-          `            CPU ms/request: plane ${f(p.cpu.plane, 5)}, its Redis ${f(p.cpu.redis, 5)}, wrk ${f(p.cpu.loader, 5)}; redis-benchmark's Redis ${f(r.cpu.redis, 5)}, ` +
-            `redis-benchmark ${f(r.cpu.loader, 5)}; cores plane run ${JSON.stringify(p.cores)}, redis-benchmark run ${JSON.stringify(r.cores)}`,
-        );
-        verdicts.push({
-          label: `kv ${label} through the data plane >= ${KV_TARGET * 100} % of redis-benchmark`,
-          ok: ratio >= KV_TARGET,
-          detail: `${pct(ratio)} (round by round ${perRound})`,
-        });
+        // A window in which other processes of the machine (a test suite, another engineer's build)
+        // took more than BUSY_CORES is run again, up to BUSY_RETRIES times: on 2 cores they change
+        // the ratio either way. The last one counts whatever it saw (its "others" are printed).
+        const measured = async <T extends { requests: number; seconds: number }>(fn: () => Promise<T>): Promise<Measured<T>> => {
+          for (let attempt = 0; ; attempt++) {
+            const m = await measureOnce(fn);
+            if ((m.cores.others ?? 0) <= BUSY_CORES || attempt >= BUSY_RETRIES) return { ...m, repeated: attempt };
+            await sleep(5_000);
+          }
+        };
+        const planeWindow = (script: string) => async () => {
+          if (WARMUP_S > 0) await wrk(base, script, CONNECTIONS, WARMUP_S);
+          return wrk(base, script, CONNECTIONS, DURATION_S);
+        };
+        const variants: Record<string, () => Promise<Measured<WrkResult | RbResult>>> = {
+          'plane GET': () => measured(planeWindow(scripts.get)),
+          'plane PUT': () => measured(planeWindow(scripts.put)),
+          'redis GET': () => measured(() => redisBenchmark(admin(), 'get', rbRequests)),
+          'redis SET': () => measured(() => redisBenchmark(admin(), 'set', rbRequests)),
+        };
+        const names = Object.keys(variants).filter((n) => KV_OPS.includes(n.endsWith('GET') ? 'get' : 'put'));
+        const rounds: Record<string, Measured<WrkResult | RbResult>[]> = Object.fromEntries(names.map((n) => [n, []]));
+        for (let round = 0; round < ROUNDS; round++) {
+          const line: string[] = [];
+          for (let j = 0; j < names.length; j++) {
+            const name = names[(round + j) % names.length];
+            const m = await variants[name]();
+            rounds[name].push(m);
+            const w = m.result as Partial<WrkResult>;
+            line.push(
+              `${name} ${int(m.result.rate)}/s${w.status || w.socket ? ` (NOT 2xx ${w.status}, socket errors ${w.socket})` : ''}` +
+                ` [others ${(m.cores.others ?? 0).toFixed(2)}${m.repeated ? `, run ${m.repeated + 1} times` : ''}]`,
+            );
+          }
+          console.log(`  round ${round + 1}: ${line.join(', ')}  [load ${load()}]`);
+        }
+        const medianOf = (name: string) => {
+          const rates = rounds[name].map((m) => m.result.rate);
+          return rounds[name][rates.indexOf(median(rates))];
+        };
+        for (const [label, planeName, redisName] of [
+          ['GET', 'plane GET', 'redis GET'],
+          ['PUT / SET', 'plane PUT', 'redis SET'],
+        ] as const) {
+          if (!names.includes(planeName)) continue;
+          const p = medianOf(planeName);
+          const r = medianOf(redisName);
+          const row: KvRow = {
+            name: `${label}, ${kvProcesses} kv process${kvProcesses === 1 ? '' : 'es'}`,
+            plane: p.result as WrkResult,
+            redis: r.result as RbResult,
+            cpu: { plane: p.cpu.plane, planeRedis: p.cpu.redis, wrk: p.cpu.loader, redis: r.cpu.redis, redisBenchmark: r.cpu.loader },
+            cores: { plane: p.cores, redis: r.cores },
+          };
+          kvRows.push(row);
+          const ratio = row.plane.rate / row.redis.rate;
+          const perRound = rounds[planeName].map((m, i) => (m.result.rate / rounds[redisName][i].result.rate).toFixed(2)).join(', ');
+          console.log(
+            `  ${row.name}: plane ${f(row.plane.rate)}/s p50 ${f(row.plane.p50, 5)} p99 ${f(row.plane.p99, 5)} ms; redis-benchmark ${f(row.redis.rate)}/s p50 ${f(row.redis.p50, 5)} p99 ${f(row.redis.p99, 5)} ms; ` +
+              `ratio ${pct(ratio)} (round by round ${perRound})`,
+          );
+          console.log(
+            `            CPU ms/request: plane ${f(p.cpu.plane, 5)}, its Redis ${f(p.cpu.redis, 5)}, wrk ${f(p.cpu.loader, 5)}; redis-benchmark's Redis ${f(r.cpu.redis, 5)}, ` +
+              `redis-benchmark ${f(r.cpu.loader, 5)}; cores plane run ${JSON.stringify(p.cores)}, redis-benchmark run ${JSON.stringify(r.cores)}`,
+          );
+          verdicts.push({
+            label: `kv ${row.name} through the data plane >= ${KV_TARGET * 100} % of redis-benchmark`,
+            ok: ratio >= KV_TARGET,
+            detail: `${pct(ratio)} (round by round ${perRound})`,
+          });
+        }
       }
     }
 
@@ -599,7 +642,8 @@ request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.r
 
     // 2. functions -----------------------------------------------------------------------------
     if (fnTenant) {
-      const plane = await planeFor('functions');
+      // The plane as the kv part left it (its last SERVERLESS_KV_PROCESSES): function calls are the main process's either way.
+      const plane = await planeFor('functions', { SERVERLESS_KV_PROCESSES: String(KV_PROCESSES[KV_PROCESSES.length - 1] ?? 1) });
       const hello = "export default { fetch() { return new Response('Hello, world!'); } };";
       const deployed = await fetch(`${base}/functions/v1/functions/hello`, {
         method: 'PUT',
@@ -744,8 +788,15 @@ request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.r
         fetch(`${base}/cron/v1/schedules${p}`, { ...init, headers: { authorization: `Bearer ${cronTenant.token}`, 'content-type': 'application/json' } });
       const workerPids = () => processTree(worker!.pid!);
       const temporalPids = childPidsByName('temporal');
+      const intervalMs = INTERVAL_S * 1000;
+      /** Where a wall-clock time falls in the interval: interval schedules fire at whole multiples of it since the epoch. */
+      const phase = (t: number) => t % intervalMs;
       for (let round = 0; round < CRON_ROUNDS; round++) {
         arrivals.clear();
+        // Long intervals: the schedules are made 2 s after a firing time, so their first firing is a
+        // whole interval later (not one Temporal could only catch up on), and the window ends half
+        // an interval after the last firing it counts (no firing cut by the deletions).
+        if (INTERVAL_S >= 10) await sleep((intervalMs + 2_000 - phase(Date.now())) % intervalMs);
         const ids: string[] = [];
         for (let i = 0; i < SCHEDULES; i++) {
           const res = await cronApi('', {
@@ -766,7 +817,11 @@ request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.r
         };
         const before = cpuSnapshot(groups);
         const w0 = now();
-        await sleep(CRON_SECONDS * 1000);
+        if (INTERVAL_S >= 10) {
+          const firstFiring = Date.now() - phase(Date.now()) + intervalMs;
+          const firings = Math.max(1, Math.floor(CRON_SECONDS / INTERVAL_S));
+          await sleep(firstFiring + (firings - 1) * intervalMs + intervalMs / 2 - Date.now());
+        } else await sleep(CRON_SECONDS * 1000);
         const cores = cpuDelta(before, cpuSnapshot(groups), (now() - w0) / 1000);
         // The first schedule's own scheduler workflow (Temporal's): how long its timers were asked to sleep and how long they slept.
         const asked: number[] = [];
@@ -858,6 +913,7 @@ request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.r
         const r: CronRound = {
           firings: lateness.length,
           lateness: summarize(lateness),
+          samples: lateness,
           toClaim: summarize(toClaim),
           claimToArrival: summarize(claimToArrival),
           missed,
@@ -881,12 +937,14 @@ request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.r
           `    Temporal's scheduler workflow of the first schedule: ${r.timers.asked.n} timers asked for ms ${s(r.timers.asked)}, slept ms ${s(r.timers.slept)}`,
         );
       }
-      const all = cronRounds.length === 1 ? cronRounds[0].lateness : null;
-      const p99 = all ? all.p99 : median(cronRounds.map((r) => r.lateness.p99));
+      // Pooled over the rounds: at the product's intervals a round has few firings per schedule.
+      const pooled = summarize(cronRounds.flatMap((r) => r.samples));
       verdicts.push({
-        label: `cron: firing lateness p99 < ${CRON_TARGET_MS} ms`,
-        ok: p99 < CRON_TARGET_MS && cronRounds.every((r) => r.firings > 0),
-        detail: `${p99.toFixed(0)} ms${all ? '' : ` (median of ${cronRounds.length} rounds)`}`,
+        label: `cron: firing lateness p99 < ${CRON_TARGET_MS} ms (${SCHEDULES} schedules every ${INTERVAL_S} s)`,
+        ok: pooled.p99 < CRON_TARGET_MS && cronRounds.every((r) => r.firings > 0),
+        detail:
+          `${pooled.p99.toFixed(0)} ms over ${pooled.n} firings of ${cronRounds.length} rounds (p50 ${pooled.p50.toFixed(0)}, max ${pooled.max.toFixed(0)}; ` +
+          `round p99s ${cronRounds.map((r) => r.lateness.p99.toFixed(0)).join(', ')})`,
       });
     }
 

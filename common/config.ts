@@ -284,6 +284,8 @@ export const configSchema = z
     WORDPRESS_BACKUP_SCHEDULE_INTERVAL: duration('15m'),
     /** Serverless: the data planes' port (cron, db, functions, kv under one process; `npm start` runs it, `npm run serverless` alone); 0 picks a free one. */
     SERVERLESS_PORT: z.coerce.number().int().min(0).max(65535).default(3300),
+    /** Processes serving the serverless kv primitive: the data planes' process and SERVERLESS_KV_PROCESSES - 1 kv helpers it starts and hands kv connections to (dataplane/serverless/processes.ts). */
+    SERVERLESS_KV_PROCESSES: positiveInt(1),
     /** The data planes' base URL as tenants see it; each primitive's `api_endpoint` is `<base>/<primitive>`. Default `http://127.0.0.1:<SERVERLESS_PORT>`. */
     SERVERLESS_API_ENDPOINT: z.string().url().optional(),
     /** Where the serverless data planes keep their servers' data: Redis (kv), the SQLite files (db), the functions' modules. */

@@ -3,6 +3,77 @@ import { DomainError } from '../../domain/errors';
 import { BackendRefusedError } from '../../providers/errors';
 import { DataPlaneError } from '../errors';
 
+const tooLarge = (maxBytes: number) =>
+  new DataPlaneError(413, 'invalid_request_error', 'payload_too_large', `The body is over ${Math.round(maxBytes / 1024)} KiB.`);
+
+/**
+ * The request's body, refused with `413 payload_too_large` past `maxBytes` (as dataplane/errors.ts
+ * `readBody`, with less per call: a small body has usually been parsed whole by the time the handler
+ * runs, and is then taken from the stream's buffer at once). Past the limit the rest is not read;
+ * the router answers with `Connection: close`.
+ */
+export function readBody(req: http.IncomingMessage, maxBytes: number): Promise<Buffer> {
+  if (req.complete && !req.destroyed) {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
+      size += chunk.length;
+      if (size > maxBytes) return Promise.reject(tooLarge(maxBytes));
+      chunks.push(chunk);
+    }
+    return Promise.resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+  }
+  // The listeners are shared (the request is `this`), the state hangs on the request: no closures per call.
+  const promise = new Promise<Buffer>((resolve, reject) => ((req as Reading)[READING] = { chunks: [], size: 0, maxBytes, resolve, reject }));
+  req.on('data', onBodyData);
+  req.on('end', onBodyEnd);
+  req.on('error', onBodyError);
+  req.on('close', onBodyClose);
+  return promise;
+}
+
+const READING = Symbol('reading the body');
+
+interface Reading extends http.IncomingMessage {
+  [READING]?: { chunks: Buffer[]; size: number; maxBytes: number; resolve(body: Buffer): void; reject(err: Error): void };
+}
+
+function stopReading(req: Reading) {
+  const state = req[READING]!;
+  req[READING] = undefined;
+  req.off('data', onBodyData);
+  req.off('end', onBodyEnd);
+  req.off('error', onBodyError);
+  req.off('close', onBodyClose);
+  return state;
+}
+
+function onBodyData(this: Reading, chunk: Buffer) {
+  const state = this[READING]!;
+  state.size += chunk.length;
+  if (state.size <= state.maxBytes) {
+    state.chunks.push(chunk);
+    return;
+  }
+  stopReading(this);
+  this.pause();
+  state.reject(tooLarge(state.maxBytes));
+}
+
+function onBodyEnd(this: Reading) {
+  const state = stopReading(this);
+  state.resolve(state.chunks.length === 1 ? state.chunks[0] : Buffer.concat(state.chunks, state.size));
+}
+
+function onBodyError(this: Reading, err: Error) {
+  stopReading(this).reject(err);
+}
+
+/** Closed before its end without an error: the client went away mid-body. */
+function onBodyClose(this: Reading) {
+  stopReading(this).reject(new Error('aborted'));
+}
+
 /** Names of namespaces and functions (DECISIONS "Serverless"). */
 export const NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
@@ -14,6 +85,45 @@ export interface Call {
   /** The path after the primitive's prefix, split at `/` (still percent-encoded). */
   segments: string[];
   query: URLSearchParams;
+}
+
+/** One request as the data plane's router hands it on; the query is parsed when a handler asks for it. */
+export class PlaneCall implements Call {
+  private parsedQuery: URLSearchParams | null = null;
+
+  constructor(
+    readonly req: http.IncomingMessage,
+    readonly res: http.ServerResponse,
+    readonly requestId: string,
+    readonly segments: string[],
+    private readonly search: string,
+  ) {}
+
+  get query(): URLSearchParams {
+    return (this.parsedQuery ??= new URLSearchParams(this.search));
+  }
+}
+
+/** Characters a URL path keeps as they are (WHATWG URL: nothing to encode, no backslash); no `//` at the start (it would name a host). */
+const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*$/;
+/** A query string WHATWG URL keeps as it is (no space, quote, `#`, `<`, `>`, nor anything past ASCII). */
+const PLAIN_QUERY = /^\?[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*$/;
+/** A `.` or `..` segment, also percent-encoded: WHATWG URL resolves them. */
+const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
+
+/**
+ * A request target's path split at `/` (still percent-encoded; the first element is the empty string
+ * before the leading `/`) and its query string, exactly as `new URL(target, base)` reads them. A
+ * plain path (the usual case) is split as it is, without building a URL; anything else goes through
+ * `new URL`, which encodes, resolves dot segments and turns a backslash into `/`.
+ */
+export function parseTarget(target: string): { segments: string[]; search: string } {
+  const q = target.indexOf('?');
+  const path = q < 0 ? target : target.slice(0, q);
+  const search = q < 0 ? '' : target.slice(q);
+  if (PLAIN_PATH.test(path) && !DOT_SEGMENT.test(path) && (q < 0 || PLAIN_QUERY.test(search))) return { segments: path.split('/'), search };
+  const url = new URL(target, 'http://plane');
+  return { segments: url.pathname.split('/'), search: url.search };
 }
 
 export function sendJson(call: Call, status: number, body: unknown): void {

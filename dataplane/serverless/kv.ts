@@ -1,8 +1,7 @@
 import type { KvStore } from '../../providers/kv.provider';
 import type { LiveTenant } from '../../domain/serverless/store';
 import type { ServerlessPlan } from '../../domain/serverless/plans';
-import { readBody } from '../errors';
-import { atQuota, invalid, methodNotAllowed, nameParam, notFound, sendEmpty, type Call } from './http';
+import { atQuota, invalid, methodNotAllowed, nameParam, notFound, readBody, sendEmpty, type Call } from './http';
 import type { UsageMeter } from './meter';
 
 const MAX_KEY_BYTES = 512;
@@ -12,6 +11,13 @@ const MAX_KEY_BYTES = 512;
  * to a string, so a key need not be UTF-8. A malformed escape is a 400.
  */
 export function keyBytes(segment: string): Buffer {
+  // Without escapes, the segment's characters as UTF-8: what the loop below makes, in one call.
+  const key = segment.includes('%') ? escapedKeyBytes(segment) : Buffer.from(segment, 'utf8');
+  if (key.length === 0 || key.length > MAX_KEY_BYTES) throw invalid('key', `must be 1 to ${MAX_KEY_BYTES} bytes`);
+  return key;
+}
+
+function escapedKeyBytes(segment: string): Buffer {
   const bytes: number[] = [];
   for (let i = 0; i < segment.length;) {
     if (segment[i] === '%') {
@@ -26,9 +32,7 @@ export function keyBytes(segment: string): Buffer {
       i += char.length;
     }
   }
-  const key = Buffer.from(bytes);
-  if (key.length === 0 || key.length > MAX_KEY_BYTES) throw invalid('key', `must be 1 to ${MAX_KEY_BYTES} bytes`);
-  return key;
+  return Buffer.from(bytes);
 }
 
 export interface KvDeps {
@@ -50,10 +54,10 @@ export class KvPlane {
   constructor(private readonly deps: KvDeps) {}
 
   async handle(call: Call, tenant: LiveTenant): Promise<void> {
-    const [v1, nsWord, nsSegment, keysWord, keySegment, ...rest] = call.segments;
-    if (v1 !== 'v1' || nsWord !== 'ns' || keysWord !== 'keys' || keySegment === undefined || rest.length > 0) throw notFound('kv route');
-    const ns = nameParam(nsSegment, 'ns');
-    const key = keyBytes(keySegment);
+    const segments = call.segments;
+    if (segments.length !== 5 || segments[0] !== 'v1' || segments[1] !== 'ns' || segments[3] !== 'keys') throw notFound('kv route');
+    const ns = nameParam(segments[2], 'ns');
+    const key = keyBytes(segments[4]);
     const { store, meter } = this.deps;
     if (!this.ensured.has(tenant.handle)) {
       await store.ensureTenant(tenant.handle);
@@ -64,18 +68,22 @@ export class KvPlane {
       meter.add(tenant.service_id, { reads: 1 });
       const value = await store.get(tenant.handle, ns, key);
       if (!value) throw notFound('key');
-      call.res.writeHead(200, {
-        'X-Request-Id': call.requestId,
-        'Content-Type': 'application/octet-stream',
-        'Content-Length': value.length,
-        'Cache-Control': 'no-store',
-      });
+      call.res.writeHead(200, [
+        'X-Request-Id',
+        call.requestId,
+        'Content-Type',
+        'application/octet-stream',
+        'Content-Length',
+        String(value.length),
+        'Cache-Control',
+        'no-store',
+      ]);
       call.res.end(value);
       return;
     }
     if (method !== 'PUT' && method !== 'DELETE') throw methodNotAllowed();
     const plan = this.deps.planOf(tenant);
-    if (await meter.atCap(tenant.service_id, plan)) throw atQuota('kv writes');
+    if (plan.hard_cap && (await meter.atCap(tenant.service_id, plan))) throw atQuota('kv writes');
     if (method === 'PUT') {
       const value = await readBody(call.req, plan.limits.max_value_bytes);
       const stored = await store.put(tenant.handle, ns, key, value);

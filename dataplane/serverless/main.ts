@@ -1,3 +1,4 @@
+import { fork } from 'node:child_process';
 import path from 'node:path';
 import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
@@ -7,6 +8,7 @@ import { TemporalGateway } from '../../infra/temporal';
 import type { KvStore } from '../../providers/kv.provider';
 import { createKvStore, keepKvServer } from '../../providers/kv.store';
 import { planSettingsOf } from '../../domain/serverless/plans';
+import { KvHelperPool } from './processes';
 import { ServerlessDataPlane } from './server';
 import { SqliteEngine } from '../../providers/sqlite/sqlite.engine';
 import { WorkerdRuntime } from '../../providers/workerd/runtime';
@@ -43,6 +45,80 @@ export async function serverlessPlaneOf(
 }
 
 /**
+ * Serves the plane on SERVERLESS_PORT, with SERVERLESS_KV_PROCESSES - 1 kv helper processes
+ * (processes.ts): this file again with `--kv-helper`, under the same Node options (tsx), which stop
+ * with the plane. Returns its URL. The process below and the benchmarks.
+ */
+export async function listenServerless(config: Config, plane: ServerlessDataPlane, onError?: (err: Error) => void): Promise<string> {
+  const helpers = config.SERVERLESS_KV_PROCESSES - 1;
+  const url = await plane.listen(config.SERVERLESS_PORT, config.HOST, {
+    kvHelpers:
+      helpers > 0
+        ? (forwardTo) =>
+            new KvHelperPool({
+              count: helpers,
+              spawn: () =>
+                fork(__filename, ['--kv-helper'], {
+                  env: { ...process.env, SERVERLESS_FORWARD_TO: forwardTo },
+                  execArgv: process.execArgv,
+                  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+                }),
+              onError,
+            })
+        : undefined,
+  });
+  await plane.helpersReady();
+  return url;
+}
+
+/**
+ * A kv helper (`--kv-helper`, started by listenServerless): the kv plane only, on this host's Redis,
+ * serving the connections the main process hands over and passing requests for the other
+ * primitives to it (SERVERLESS_FORWARD_TO). Goes when the main process goes or says `stop`.
+ */
+async function kvHelper() {
+  const config = loadConfig();
+  const logger = createLogger(config.LOG_LEVEL, 'serverless-kv');
+  const db = createDb(config.DATABASE_URL);
+  const temporal = new TemporalGateway({
+    address: config.TEMPORAL_ADDRESS,
+    namespace: config.TEMPORAL_NAMESPACE,
+    taskQueue: config.TEMPORAL_TASK_QUEUE,
+    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
+  });
+  const forwardTo = process.env.SERVERLESS_FORWARD_TO;
+  if (!forwardTo) throw new Error('--kv-helper needs SERVERLESS_FORWARD_TO (listenServerless starts it)');
+  const plane = new ServerlessDataPlane({
+    db,
+    keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY),
+    temporal,
+    plans: planSettingsOf(config),
+    allowInsecureTargets: config.WEBHOOK_ALLOW_INSECURE_TARGETS,
+    kv: await kvStoreOf(config, db),
+    reap: false,
+    forwardTo,
+    onError: (err) => logger.warn({ err: err.message }, 'serverless kv helper error'),
+  });
+  await plane.adoptConnections();
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    await plane.close();
+    await temporal.close();
+    await db.destroy();
+    process.exit(0);
+  };
+  process.on('disconnect', () => void stop());
+  process.on('message', (m: { type?: string }) => {
+    if (m?.type === 'stop') void stop();
+  });
+  process.on('SIGINT', () => void stop());
+  process.on('SIGTERM', () => void stop());
+  process.send!({ type: 'ready' });
+}
+
+/**
  * The serverless data planes as their own process (`npm run serverless`; `npm start` runs it): makes
  * sure this host's Redis runs (daemonised: it outlives this process and a later start re-uses it;
  * `npm start` stops it on Ctrl-C), then serves cron, db, functions and kv on SERVERLESS_PORT. The
@@ -58,14 +134,15 @@ async function main() {
     taskQueue: config.TEMPORAL_TASK_QUEUE,
     useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
   });
-  const plane = await serverlessPlaneOf(config, { db, temporal, onError: (err) => logger.warn({ err: err.message }, 'serverless data plane error') });
-  const url = await plane.listen(config.SERVERLESS_PORT, config.HOST);
+  const onError = (err: Error) => logger.warn({ err: err.message }, 'serverless data plane error');
+  const plane = await serverlessPlaneOf(config, { db, temporal, onError });
+  const url = await listenServerless(config, plane, onError);
   const stopKeeper = keepKvServer({
     backend: config.KV_BACKEND,
     redisDataDir: serverlessDirs(config).redis,
     onError: (err) => logger.warn({ err: err.message }, 'the kv server could not be started again'),
   });
-  logger.info({ url }, 'serverless data planes listening');
+  logger.info({ url, kvProcesses: config.SERVERLESS_KV_PROCESSES }, 'serverless data planes listening');
   let stopping = false;
   const stop = async () => {
     if (stopping) return;
@@ -81,7 +158,7 @@ async function main() {
 }
 
 if (require.main === module) {
-  main().catch((err) => {
+  (process.argv.includes('--kv-helper') ? kvHelper() : main()).catch((err) => {
     console.error(err instanceof Error ? err.message : err);
     process.exit(1);
   });

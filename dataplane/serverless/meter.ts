@@ -11,11 +11,17 @@ import { atHardCap, type Totals } from '../../domain/serverless/manage';
  * The hard-cap check reads the month's totals from PostgreSQL at most once a flush interval per
  * tenant, plus what this process has not written yet.
  */
+const DAY_MS = 86_400_000;
+
 export class UsageMeter {
   private pending = new Map<string, { serviceId: number; day: string; counts: Counts }>();
   private readonly months = new Map<number, { at: number; totals: Totals }>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
+  /** The entry of `pending` the last add went to (the next one is most often for the same tenant and day). */
+  private last: { serviceId: number; day: string; counts: Counts } | null = null;
+  private day = '';
+  private dayEndsAt = 0;
 
   constructor(
     private readonly db: Knex,
@@ -28,13 +34,29 @@ export class UsageMeter {
     this.timer.unref();
   }
 
-  add(serviceId: number, counts: Counts, day = utcDay()): void {
-    const key = `${serviceId}\n${day}`;
-    let entry = this.pending.get(key);
-    if (!entry) this.pending.set(key, (entry = { serviceId, day, counts: {} }));
-    for (const [metric, n] of Object.entries(counts) as Array<[Metric, number]>) {
-      entry.counts[metric] = PEAK_METRICS.has(metric) ? Math.max(entry.counts[metric] ?? 0, n) : (entry.counts[metric] ?? 0) + n;
+  add(serviceId: number, counts: Counts, day = this.today()): void {
+    let entry = this.last;
+    if (entry === null || entry.serviceId !== serviceId || entry.day !== day) {
+      const key = `${serviceId}\n${day}`;
+      entry = this.pending.get(key) ?? null;
+      if (!entry) this.pending.set(key, (entry = { serviceId, day, counts: {} }));
+      this.last = entry;
     }
+    for (const metric in counts) {
+      const n = counts[metric as Metric]!;
+      const had = entry.counts[metric as Metric];
+      entry.counts[metric as Metric] = PEAK_METRICS.has(metric as Metric) ? Math.max(had ?? 0, n) : (had ?? 0) + n;
+    }
+  }
+
+  /** The UTC day now (utcDay()), remembered until it ends: UTC days are 86,400,000 ms in JavaScript's clock. */
+  private today(): string {
+    const now = Date.now();
+    if (now >= this.dayEndsAt || now < this.dayEndsAt - DAY_MS) {
+      this.day = utcDay(new Date(now));
+      this.dayEndsAt = (Math.floor(now / DAY_MS) + 1) * DAY_MS;
+    }
+    return this.day;
   }
 
   /** Writes what is counted; concurrent calls share one write. Counts a failed write keeps for the next. */
@@ -43,6 +65,7 @@ export class UsageMeter {
     const batch = this.pending;
     if (batch.size === 0) return;
     this.pending = new Map();
+    this.last = null;
     const tenants = new Set([...batch.values()].map((e) => e.serviceId));
     const run: Promise<void> = (async () => {
       try {

@@ -47,8 +47,10 @@ end
 redis.register_function('kv_put', function(keys, args)
   local name = entry_name_bytes(keys)
   if type(name) == 'table' then return name end
+  -- STRLEN is 0 for an absent key and for an empty value: only then does EXISTS tell them apart.
+  local old = redis.call('STRLEN', keys[1])
   local delta = name + #args[1]
-  if redis.call('EXISTS', keys[1]) == 1 then delta = #args[1] - redis.call('STRLEN', keys[1]) end
+  if old > 0 or redis.call('EXISTS', keys[1]) == 1 then delta = #args[1] - old end
   redis.call('SET', keys[1], args[1])
   return redis.call('INCRBY', keys[2], delta)
 end)
@@ -95,12 +97,28 @@ interface Connection {
 interface Slot {
   get(): Promise<Connection>;
   forget(stale: Promise<Connection>): void;
+  /** Told of the connection a command is about to go to. */
+  ready?(pending: Promise<Connection>, connection: Connection): void;
+}
+
+/** The tenant connection of the last call, when it was ready (RedisKvStore.tenantCommand). */
+interface Hot {
+  tenant: string;
+  pending: Promise<Connection>;
+  connection: Connection;
 }
 
 const userOf = (tenant: string) => `kv-${tenant}`;
 const prefixOf = (tenant: string) => Buffer.from(`kv:${tenant}:`);
 const counterOf = (tenant: string) => Buffer.from(`kv:${tenant}:${COUNTER_SUFFIX}`);
-const entryKey = (tenant: string, ns: string, key: Buffer) => Buffer.concat([Buffer.from(`kv:${tenant}:${ns}:`), key]);
+/** `kv:<tenant>:<ns>:` + the key's bytes, in one allocation (tenant and namespace are ASCII: checked before). */
+function entryKey(tenant: string, ns: string, key: Buffer): Buffer {
+  const prefixBytes = tenant.length + ns.length + 5;
+  const out = Buffer.allocUnsafe(prefixBytes + key.length);
+  out.write(`kv:${tenant}:${ns}:`, 0, 'latin1');
+  key.copy(out, prefixBytes);
+  return out;
+}
 /** A glob pattern matching exactly the keys that begin with `prefix` (SCAN MATCH). */
 const globPrefix = (prefix: Buffer) => Buffer.concat([Buffer.from(prefix.toString('latin1').replace(/[*?[\]\\]/g, '\\$&'), 'latin1'), Buffer.from('*')]);
 
@@ -120,6 +138,11 @@ export class RedisKvStore implements KvStore {
   /** Tenant connections, least recently used first (a Map keeps insertion order). */
   private readonly tenants = new Map<string, Promise<Connection>>();
   private closed = false;
+  private hot: Hot | null = null;
+  /** The tenant whose connection was asked for last (the end of `tenants`). */
+  private lastUsed = '';
+  /** Counter keys by tenant. */
+  private readonly counters = new Map<string, Buffer>();
 
   constructor(private readonly options: RedisKvOptions) {}
 
@@ -150,18 +173,18 @@ export class RedisKvStore implements KvStore {
 
   async get(tenant: string, ns: string, key: Buffer): Promise<Buffer | null> {
     checkEntry(tenant, ns, key);
-    return this.asTenant(tenant, (c) => c.sendCommand<Buffer | null>(['GET', entryKey(tenant, ns, key)]));
+    return this.tenantCommand<Buffer | null>(tenant, ['GET', entryKey(tenant, ns, key)]);
   }
 
   async put(tenant: string, ns: string, key: Buffer, value: Buffer): Promise<number> {
     checkEntry(tenant, ns, key);
     if (!Buffer.isBuffer(value)) throw new TypeError('a kv value is a Buffer');
-    return this.meter(tenant, ['FCALL', 'kv_put', '2', entryKey(tenant, ns, key), counterOf(tenant), value]);
+    return this.meter(tenant, ['FCALL', 'kv_put', '2', entryKey(tenant, ns, key), this.counterOf(tenant), value]);
   }
 
   async delete(tenant: string, ns: string, key: Buffer): Promise<number> {
     checkEntry(tenant, ns, key);
-    return this.meter(tenant, ['FCALL', 'kv_del', '2', entryKey(tenant, ns, key), counterOf(tenant)]);
+    return this.meter(tenant, ['FCALL', 'kv_del', '2', entryKey(tenant, ns, key), this.counterOf(tenant)]);
   }
 
   async storedBytes(tenant: string): Promise<number> {
@@ -194,6 +217,7 @@ export class RedisKvStore implements KvStore {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.hot = null;
     const all = [...this.tenants.values(), ...(this.admin ? [this.admin] : [])];
     this.tenants.clear();
     this.admin = null;
@@ -202,13 +226,47 @@ export class RedisKvStore implements KvStore {
 
   /** A metered write; the library is loaded again when Redis lost it (a server whose data was wiped). */
   private async meter(tenant: string, command: RedisArgument[]): Promise<number> {
-    const call = () => this.asTenant(tenant, (c) => c.sendCommand<number>(command));
     try {
-      return Number(await call());
+      return Number(await this.tenantCommand<number>(tenant, command));
     } catch (err) {
       if (!(err instanceof ErrorReply) || !/function not found/i.test(err.message)) throw err;
       await this.asAdmin((admin) => admin.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', FUNCTIONS]));
-      return Number(await call());
+      return Number(await this.tenantCommand<number>(tenant, command));
+    }
+  }
+
+  /** The tenant's counter key (`kv:<t>::bytes`), made once per tenant. */
+  private counterOf(tenant: string): Buffer {
+    let counter = this.counters.get(tenant);
+    if (!counter) {
+      if (this.counters.size >= 10_000) this.counters.clear();
+      this.counters.set(tenant, (counter = counterOf(tenant)));
+    }
+    return counter;
+  }
+
+  /**
+   * One command on the tenant's connection. The tenant of the previous call, whose connection is
+   * open, ready and already the most recently used, is sent to directly (the usual case: no
+   * look-up, no closures); anything else goes through `run`, which makes or replaces connections.
+   */
+  private tenantCommand<T>(tenant: string, args: ReadonlyArray<RedisArgument>): Promise<T> {
+    const hot = this.hot;
+    if (hot !== null && hot.tenant === tenant && hot.connection.isReady && !this.closed) return this.sendHot<T>(hot, args);
+    return this.asTenant(tenant, (c) => c.sendCommand<T>(args));
+  }
+
+  private async sendHot<T>(hot: Hot, args: ReadonlyArray<RedisArgument>): Promise<T> {
+    try {
+      return await hot.connection.sendCommand<T>(args);
+    } catch (err) {
+      // As `run`: anything but Redis's own refusal on a live connection forgets it.
+      if (!(err instanceof ErrorReply) || !hot.connection.isReady) {
+        if (this.tenants.get(hot.tenant) === hot.pending) this.tenants.delete(hot.tenant);
+        if (this.hot === hot) this.hot = null;
+        void closeQuietly(hot.connection);
+      }
+      throw this.translate(err);
     }
   }
 
@@ -238,6 +296,9 @@ export class RedisKvStore implements KvStore {
     return this.run(
       {
         get: () => {
+          // Another tenant becomes the most recently used: the hot one would now skip moving to the end.
+          if (this.hot !== null && this.hot.tenant !== tenant) this.hot = null;
+          this.lastUsed = tenant;
           let connection = this.tenants.get(tenant);
           if (connection) {
             this.tenants.delete(tenant); // most recently used: to the end
@@ -250,6 +311,11 @@ export class RedisKvStore implements KvStore {
         },
         forget: (stale) => {
           if (this.tenants.get(tenant) === stale) this.tenants.delete(tenant);
+          if (this.hot?.pending === stale) this.hot = null;
+        },
+        ready: (pending, connection) => {
+          // Still the most recently used (nothing else was used while it connected): the next call may skip the look-up.
+          if (this.tenants.get(tenant) === pending && this.lastUsed === tenant) this.hot = { tenant, pending, connection };
         },
       },
       fn,
@@ -260,6 +326,7 @@ export class RedisKvStore implements KvStore {
     while (this.tenants.size >= Math.max(1, max)) {
       const [oldest, connection] = this.tenants.entries().next().value as [string, Promise<Connection>];
       this.tenants.delete(oldest);
+      if (this.hot?.tenant === oldest) this.hot = null;
       // In-flight commands finish first: close() waits for their replies.
       void connection.then(closeQuietly, () => undefined);
     }
@@ -268,6 +335,7 @@ export class RedisKvStore implements KvStore {
   private async forgetTenant(tenant: string): Promise<void> {
     const connection = this.tenants.get(tenant);
     this.tenants.delete(tenant);
+    if (this.hot?.tenant === tenant) this.hot = null;
     await connection?.then(closeQuietly, () => undefined);
   }
 
@@ -294,6 +362,7 @@ export class RedisKvStore implements KvStore {
         if (attempt < 2) continue;
         throw new BackendUnavailableError(BACKEND, 'the connection closed');
       }
+      slot.ready?.(pending, c);
       try {
         return await fn(c);
       } catch (err) {
@@ -341,7 +410,10 @@ export class RedisKvStore implements KvStore {
       password,
       disableOfflineQueue: true,
       disableClientInfo: true,
-      commandOptions: { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } },
+      // `timeout: 0`: without it @redis/client still gives every command its DEFAULT_COMMAND_TIMEOUT
+      // (5 s): an AbortSignal.timeout per command, whose timer is not cleared by the answer and
+      // fires 5 s later, building a DOMException. Leaving `commandTimeoutMs` out was not enough.
+      commandOptions: { timeout: 0, typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } },
     });
     // Errors reach the command that meets them; without a listener an 'error' event would crash the process.
     client.on('error', () => undefined);
