@@ -39,8 +39,8 @@ export const families: readonly FamilyManifest[] = [
   mailGatewayFamily,
   serverlessFamily,
   wordpressFamily,
-  // Last: its seed builds the demo app's image, which takes a while, and the seeds before it place
-  // services on the host its registration keeps fresh only for so long.
+  // Last: its seed builds the demo app's image, which takes a while (`npm start` keeps the host's
+  // registration fresh meanwhile).
   caasFamily,
 ];
 

@@ -10,7 +10,7 @@ import { createDb } from '../db/knex';
 import { seedDemo } from '../db/seeds';
 import { createProviders, placedFamilies } from '../families';
 import { hostRegistrationOf } from '../domain/hosts/agent';
-import { registerHost } from '../domain/hosts/registry';
+import { heartbeat, registerHost } from '../domain/hosts/registry';
 import { HOST_NAME_PATTERN } from '../common/hosts';
 import { loadKeyring } from '../infra/master-key';
 import { PowerDnsServer, stopPowerDnsServer } from '../providers/powerdns/powerdns.server';
@@ -372,11 +372,17 @@ async function main() {
   // The demo servers are built here, on this machine's host (the worker, its agent, registers it again).
   const registration = hostRegistrationOf(config, [...placedFamilies(config).keys()]);
   if (registration.families.length > 0) await registerHost(db, registration);
+  // The host stays up while the seed builds (a host missing three heartbeats is down, and the seeds
+  // place services on it: a slow seed, such as a first run's base image, must not outlast it).
+  const beating =
+    registration.families.length > 0 ? setInterval(() => void heartbeat(db, registration.name).catch(() => undefined), registration.heartbeatIntervalMs) : null;
   const seeded = await seedDemo(db, passwords, createProviders({ db, config, host: config.HOST_NAME }), {
     apiPort: config.PORT,
     demoBackends: await startDemoBackends(),
     keyring: await loadKeyring(db, config.CLOUD_MASTER_KEY),
     config,
+  }).finally(() => {
+    if (beating) clearInterval(beating);
   });
   const caasNote = await caasDemoNote(db);
   const wordpressNote = await wordpressDemoNote(db);

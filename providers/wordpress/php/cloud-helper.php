@@ -524,8 +524,43 @@ function cloud_helper_valid_hook( array $args ) {
 	return $hook;
 }
 
+/**
+ * Takes WordPress's own cron lock (the `doing_cron` transient wp-cron.php and spawn_cron respect),
+ * waiting up to 15 s for a run in progress: the schedule is one option, so a front-end cron run at
+ * the same moment would otherwise lose one of the two runs' changes (an event rescheduled twice, or
+ * not at all). Returns the key to release.
+ */
+function cloud_helper_cron_lock() {
+	$deadline = microtime( true ) + 15;
+	for ( ;; ) {
+		$held = get_transient( 'doing_cron' );
+		if ( ! $held || ( (float) $held + WP_CRON_LOCK_TIMEOUT ) < microtime( true ) || microtime( true ) > $deadline ) {
+			break;
+		}
+		usleep( 200000 );
+	}
+	$key = sprintf( '%.22F', microtime( true ) );
+	set_transient( 'doing_cron', $key );
+	return $key;
+}
+
+function cloud_helper_cron_unlock( $key ) {
+	if ( get_transient( 'doing_cron' ) === $key ) {
+		delete_transient( 'doing_cron' );
+	}
+}
+
 function cloud_helper_cron_run( array $args ) {
 	$hook   = cloud_helper_valid_hook( $args );
+	$lock   = cloud_helper_cron_lock();
+	try {
+		return cloud_helper_cron_run_locked( $hook );
+	} finally {
+		cloud_helper_cron_unlock( $lock );
+	}
+}
+
+function cloud_helper_cron_run_locked( $hook ) {
 	$events = cloud_helper_cron_events( $hook );
 	if ( ! $events ) {
 		cloud_helper_not_found( 'cron hook ' . $hook, 'Nothing is scheduled for the cron hook "' . $hook . '".' );
@@ -534,12 +569,15 @@ function cloud_helper_cron_run( array $args ) {
 		define( 'DOING_CRON', true );
 	}
 	$executed_at = gmdate( 'Y-m-d\TH:i:s\Z' );
-	// As WordPress's cron runner (and wp-cli's `cron event run`): reschedule, unschedule, then run.
+	// Unschedule, reschedule a recurring event, then run. (WordPress's own runner reschedules first:
+	// it only runs events that are due, whose next time is always later. An event run before it is
+	// due, in the second it was scheduled for an interval ahead, would be rescheduled onto itself
+	// and then removed.)
 	foreach ( $events as $event ) {
+		wp_unschedule_event( $event['time'], $event['hook'], $event['args'] );
 		if ( false !== $event['schedule'] ) {
 			wp_reschedule_event( $event['time'], $event['schedule'], $event['hook'], $event['args'] );
 		}
-		wp_unschedule_event( $event['time'], $event['hook'], $event['args'] );
 		do_action_ref_array( $event['hook'], array_values( $event['args'] ) );
 	}
 	return array(
@@ -736,7 +774,9 @@ function cloud_helper_run( $command, array $args, $root ) {
 			if ( ! cloud_helper_cron_events( $hook ) ) {
 				cloud_helper_not_found( 'cron hook ' . $hook, 'Nothing is scheduled for the cron hook "' . $hook . '".' );
 			}
+			$lock    = cloud_helper_cron_lock();
 			$removed = wp_unschedule_hook( $hook, true );
+			cloud_helper_cron_unlock( $lock );
 			if ( is_wp_error( $removed ) || false === $removed ) {
 				cloud_helper_failed( 'wp_unschedule_hook failed: ' . ( is_wp_error( $removed ) ? $removed->get_error_message() : 'false' ) );
 			}
