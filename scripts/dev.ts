@@ -77,7 +77,14 @@ async function chooseLocalSettings(): Promise<string[]> {
   await move('Image delivery', 'IMAGES_PORT', usual.HOST, usual.IMAGES_PORT, String);
   await move('Mail data plane', 'MAIL_PORT', usual.HOST, usual.MAIL_PORT, String);
   await move('Serverless data planes', 'SERVERLESS_PORT', usual.HOST, usual.SERVERLESS_PORT, String);
-  await move('WordPress sites', 'WORDPRESS_HTTP_PORT', usual.WORDPRESS_BIND_ADDRESS, usual.WORDPRESS_HTTP_PORT, String);
+  // The sites' nginx binds its port much later (after the seed's first site): a port chosen free now
+  // could be taken by then, so a taken usual port lets nginx take a free one itself (kept for later runs).
+  if (unset('WORDPRESS_HTTP_PORT') && (await portOrFree(usual.WORDPRESS_BIND_ADDRESS, usual.WORDPRESS_HTTP_PORT)) !== usual.WORDPRESS_HTTP_PORT) {
+    env.WORDPRESS_HTTP_PORT = '0';
+    moved.push(
+      `WordPress sites port ${usual.WORDPRESS_HTTP_PORT} is taken on ${usual.WORDPRESS_BIND_ADDRESS}: the sites' nginx takes a free one (the Sites line)`,
+    );
+  }
   const temporal = splitHostPort(usual.TEMPORAL_ADDRESS);
   await move('Temporal', 'TEMPORAL_ADDRESS', temporal.host, temporal.port, (p) => joinHostPort(temporal.host, p));
   const ui = new URL(usual.TEMPORAL_UI_URL);
