@@ -47,6 +47,7 @@
  * archive server, the data directory and its storage mount) is removed at the end and on
  * SIGINT/SIGTERM. Results: bench/caas.results.md.
  */
+import { parseWrk, type WrkResult } from './wrk';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import childProcess from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
@@ -237,40 +238,7 @@ async function firstMatching(port: number, wanted: (a: Answer) => boolean, timeo
 
 // --- wrk ---------------------------------------------------------------------------------------------
 
-interface WrkResult {
-  requests: number;
-  rate: number;
-  p50: number;
-  p99: number;
-  max: number;
-  non2xx: number;
-  socketErrors: number;
-  raw: string;
-}
-
 const wrks = new Set<ChildProcess>();
-
-function toMs(text: string): number {
-  const m = /^([\d.]+)(us|ms|s|m)$/.exec(text.trim());
-  if (!m) return NaN;
-  const n = Number(m[1]);
-  return m[2] === 'us' ? n / 1000 : m[2] === 'ms' ? n : m[2] === 's' ? n * 1000 : n * 60_000;
-}
-
-function parseWrk(raw: string): WrkResult {
-  const pct = (p: string) => toMs(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(raw)?.[1] ?? '');
-  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(raw);
-  return {
-    requests: Number(/(\d+) requests in/.exec(raw)?.[1] ?? NaN),
-    rate: Number(/Requests\/sec:\s+([\d.]+)/.exec(raw)?.[1] ?? NaN),
-    p50: pct('50'),
-    p99: pct('99'),
-    max: toMs(/Latency\s+\S+\s+\S+\s+(\S+)/.exec(raw)?.[1] ?? ''),
-    non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(raw)?.[1] ?? 0),
-    socketErrors: socket ? socket.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0,
-    raw,
-  };
-}
 
 /** Starts wrk; `finish()` (SIGINT: wrk then prints its statistics) or its own end resolves with them. */
 function startWrk(port: number, host: string | null, connections: number, seconds: number) {

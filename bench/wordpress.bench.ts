@@ -51,6 +51,7 @@
  * (scripts/install/wordpress.sh), PostgreSQL and the Temporal CLI (scripts/ensure-tools.sh), wrk.
  * Results: docs/benchmarks.md ("Hosted WordPress sites").
  */
+import { parseWrk, type WrkResult } from './wrk';
 import childProcess, { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -306,42 +307,9 @@ function get(port: number, address: string, host: string, urlPath = '/'): Promis
 
 // --- wrk ----------------------------------------------------------------------------------------------
 
-interface LoadResult {
-  requests: number;
-  rate: number;
-  p50: number;
-  p99: number;
-  max: number;
-  non2xx: number;
-  socketErrors: number;
-  raw: string;
-}
-
 const wrks = new Set<ChildProcess>();
 
-function toMs(text: string): number {
-  const m = /^([\d.]+)(us|ms|s|m)$/.exec(text.trim());
-  if (!m) return NaN;
-  const n = Number(m[1]);
-  return m[2] === 'us' ? n / 1000 : m[2] === 'ms' ? n : m[2] === 's' ? n * 1000 : n * 60_000;
-}
-
-function parseWrk(raw: string): LoadResult {
-  const pct = (p: string) => toMs(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(raw)?.[1] ?? '');
-  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(raw);
-  return {
-    requests: Number(/(\d+) requests in/.exec(raw)?.[1] ?? NaN),
-    rate: Number(/Requests\/sec:\s+([\d.]+)/.exec(raw)?.[1] ?? NaN),
-    p50: pct('50'),
-    p99: pct('99'),
-    max: toMs(/Latency\s+\S+\s+\S+\s+(\S+)/.exec(raw)?.[1] ?? ''),
-    non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(raw)?.[1] ?? 0),
-    socketErrors: socket ? socket.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0,
-    raw,
-  };
-}
-
-function wrk(url: string, host: string, connections: number, seconds: number): Promise<LoadResult> {
+function wrk(url: string, host: string, connections: number, seconds: number): Promise<WrkResult> {
   checkStopping();
   const args = ['-t1', `-c${connections}`, `-d${seconds}s`, '--latency', '--timeout', '30s', '-H', `Host: ${host}`, url];
   const child = spawn('wrk', args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -654,7 +622,7 @@ interface LoadRow {
   pool: string;
   what: 'page' | 'static';
   connections: number;
-  r: LoadResult;
+  r: WrkResult;
   cpu: { php: number; nginx: number; mariadb: number; wrk: number };
   /** Cores busy with anything else (other processes, this one) during the run, from /proc/stat. */
   others: number;
