@@ -147,6 +147,6 @@ describe('the local PowerDNS server', () => {
     const other = path.join(pdns.dataDir, 'second');
     await expect(
       PowerDnsServer.start({ dataDir: other, dnsAddress: pdns.server.dnsAddress, apiAddress: '127.0.0.1:0', startTimeoutMs: 10_000 }),
-    ).rejects.toThrow(/PowerDNS did not start/);
+    ).rejects.toThrow(/PowerDNS did not start \(it exited with code \d+\):[\s\S]*Address already in use/);
   });
 });

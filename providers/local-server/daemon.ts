@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { tailLines } from './logs';
-import { processAlive, waitFor, withFileLock } from './process';
+import { daemonEnded, waitFor, withFileLock } from './process';
 
 export interface AdoptOrStartSteps<T, P> {
   /** Holds `start.lock`, which every process of the host starting this daemon takes. */
@@ -72,22 +72,22 @@ export interface DaemonReadiness {
  */
 export async function awaitDaemonReady(daemon: DaemonReadiness): Promise<void> {
   const { timeoutMs = 30_000, intervalMs = 100, logLines = 15, timeoutWording = 'not ready', namesLogFile = true } = daemon;
-  let exited = false;
+  let ended: string | null = null;
   const ready = await waitFor(
     async () => {
-      exited = !(await processAlive(daemon.pid, daemon.isOurs));
-      return exited || (await daemon.answers());
+      ended = await daemonEnded(daemon.pid, daemon.isOurs);
+      return ended !== null || (await daemon.answers());
     },
     timeoutMs,
     intervalMs,
   );
-  if (ready && !exited) return;
+  if (ready && ended === null) return;
   const tail = await tailLines(daemon.logFile, (lines) => lines.length >= logLines).then(
     (t) => t.lines.slice(-logLines),
     () => [] as string[],
   );
   await daemon.stop();
-  const reason = exited ? 'it exited' : `${timeoutWording} within ${timeoutMs} ms`;
+  const reason = ended ?? `${timeoutWording} within ${timeoutMs} ms`;
   const where = namesLogFile ? `; the end of ${daemon.logFile}:` : ':';
   throw new Error(`${daemon.what} did not start (${reason})${where}\n${tail.join('\n')}`);
 }

@@ -132,11 +132,29 @@ export async function spawnDetached(command: string, args: string[], opts: RunOp
       child.once('error', reject);
       child.once('spawn', () => resolve(child.pid as number));
     });
+    spawnedExits.delete(pid);
+    startedHere.add(pid);
+    child.once('exit', (code, signal) => spawnedExits.set(pid, signal ? `it was killed by ${signal}` : `it exited with code ${code}`));
     child.unref();
     return pid;
   } finally {
     await out?.close();
   }
+}
+
+/** Pids `spawnDetached` started in this process, and how those that ended did ("it exited with code 1"). */
+const startedHere = new Set<number>();
+const spawnedExits = new Map<number, string>();
+
+/**
+ * Whether the daemon `spawnDetached` just started (`pid`) has ended, and how: "it exited with code
+ * 1", "it was killed by SIGKILL"; null while it runs. For a process started here the child's own
+ * exit is the truth (a look at /proc right after the start could miss it, or mistake it); for one
+ * found through a pidfile, it is gone when no live process of that pid is the server (`matches`).
+ */
+export async function daemonEnded(pid: number, matches: string | ((args: string[]) => boolean)): Promise<string | null> {
+  if (startedHere.has(pid)) return spawnedExits.get(pid) ?? null;
+  return (await processAlive(pid, matches)) ? null : 'it exited';
 }
 
 /** Whether a process `pid` exists (someone else's counts: EPERM). */

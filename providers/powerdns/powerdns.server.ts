@@ -22,6 +22,7 @@ import {
   joinHostPort,
   makeDirectory,
   openTenantFile,
+  daemonEnded,
   processAlive,
   readPidFile,
   requireBinary,
@@ -193,6 +194,21 @@ function configText(o: {
   ].join('\n');
 }
 
+/** A start that failed; `output` is what the server wrote meanwhile. */
+class PowerDnsStartError extends Error {
+  constructor(
+    message: string,
+    readonly output: string[],
+  ) {
+    super(message);
+  }
+
+  /** The server could not bind a port ("Unable to bind UDP socket to '127.0.0.1:5300': Address already in use"). */
+  get portTaken(): boolean {
+    return this.output.some((line) => /Address already in use/.test(line));
+  }
+}
+
 /** pdns_server's pidfile in its socket-dir (the data directory): written by this module and by the server itself, as root. */
 const PIDFILE = 'pdns.pid';
 /** The server's output (warnings and errors), appended to across starts. */
@@ -351,7 +367,18 @@ export class PowerDnsServer {
         return account;
       },
       stop: () => stopPowerDnsServer(dataDir),
-      launch: (account) => PowerDnsServer.launch(dataDir, binary, account, options),
+      launch: async (account) => {
+        // Ports chosen free a moment before pdns_server binds them can be taken meanwhile (many servers
+        // start at once in a test run): another pair of free ports is then tried.
+        const choosesPorts = splitHostPort(options.dnsAddress).port === 0 || splitHostPort(options.apiAddress).port === 0;
+        for (let attempt = 1; ; attempt++) {
+          try {
+            return await PowerDnsServer.launch(dataDir, binary, account, options);
+          } catch (err) {
+            if (!(choosesPorts && attempt < 3 && err instanceof PowerDnsStartError && err.portTaken)) throw err;
+          }
+        }
+      },
     });
   }
 
@@ -381,20 +408,19 @@ export class PowerDnsServer {
     const server = new PowerDnsServer(dataDir, pid, `http://${joinHostPort(api.host, api.port)}`, apiKey, dns.host, dns.port, account, false);
 
     const timeoutMs = options.startTimeoutMs ?? 20_000;
-    const alive = () => processAlive(pid, serverOf(dataDir, binary));
-    let exited = false;
+    let ended: string | null = null;
     let answered = false;
     // Ends as soon as it answers or exits (a port taken, a bad database): no need to wait the whole timeout for that.
     await waitFor(async () => {
-      exited = !(await alive());
-      answered = !exited && (await PowerDnsServer.answers(server.apiUrl, apiKey, 500));
-      return exited || answered;
+      ended = await daemonEnded(pid, serverOf(dataDir, binary));
+      answered = ended === null && (await PowerDnsServer.answers(server.apiUrl, apiKey, 500));
+      return ended !== null || answered;
     }, timeoutMs);
     const output = await logSince(logFile, from);
     for (const line of output) options.log?.(line);
     if (answered) return server;
     await server.stop();
-    throw new Error(`PowerDNS did not start (${exited ? 'it exited' : `no answer within ${timeoutMs} ms`}):\n${output.slice(-10).join('\n')}`);
+    throw new PowerDnsStartError(`PowerDNS did not start (${ended ?? `no answer within ${timeoutMs} ms`}):\n${output.slice(-10).join('\n')}`, output);
   }
 
   /** True when the API answers this key (for a run that finds a server already up). */
