@@ -123,6 +123,8 @@ const HISTORIES = Number(arg('histories', '40'));
 const CHILD = arg('child', '');
 /** A directory for a V8 CPU profile of the data plane (written when its child stops). */
 const CPU_PROF = arg('cpu-prof', '');
+/** `--perf-map`: the plane writes /tmp/perf-<pid>.map, so `perf record` names its JavaScript functions. */
+const PERF_MAP = process.argv.includes('--perf-map');
 const KV_TARGET = 0.5;
 const FN_TARGET_MS = 2;
 const CRON_TARGET_MS = 1_000;
@@ -446,7 +448,7 @@ async function main(): Promise<void> {
   });
   const startPlane = async (extra: Record<string, string> = {}) => {
     const started = now();
-    const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF)}`] : [];
+    const profile = [...(CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF)}`] : []), ...(PERF_MAP ? ['--perf-basic-prof'] : [])];
     const child = await startChild(__filename, ['--child=plane'], { env: planeEnv(extra), execArgv: profile });
     console.log(`data plane: --child=plane (pid ${child.child.pid}) at ${String(child.ready.url)}, ready after ${f(now() - started, 0).trim()} ms`);
     // A plane that dies under load is a finding, not the bench's end: noted, and the next part gets a new one.

@@ -31,7 +31,7 @@ function random40(): number {
 }
 
 let lastMs = -1;
-let timePart = '';
+let upperPart = '';
 let randomHi = 0;
 let randomLo = 0;
 
@@ -43,14 +43,16 @@ let randomLo = 0;
 export function ulid(now: number = Date.now()): string {
   if (now > lastMs) {
     lastMs = now;
-    timePart = base32(now, 10);
     randomHi = random40();
     randomLo = random40();
+    // The first 18 characters change once a millisecond (or when the low half wraps).
+    upperPart = base32(now, 10) + base32(randomHi, 8);
   } else if (++randomLo === RANDOM_HALF) {
     randomLo = 0;
     if (++randomHi === RANDOM_HALF) throw new Error('ULID random part overflow within one millisecond');
+    upperPart = upperPart.slice(0, 10) + base32(randomHi, 8);
   }
-  return timePart + base32(randomHi, 8) + base32(randomLo, 8);
+  return upperPart + base32(randomLo, 8);
 }
 
 export function newUlidId(prefix: string): string {

@@ -26,7 +26,12 @@ export function sendError(res: http.ServerResponse, error: DataPlaneError, reque
     res.setHeader('Content-Type', 'application/json');
     res.setHeader('Cache-Control', 'no-store');
   }
-  res.end(JSON.stringify({ error: { type: error.type, code: error.code, message: error.message, param: error.param, request_id: requestId } }));
+  res.end(errorBody(error, requestId));
+}
+
+/** The `/v1` error envelope of `error`, as JSON text. */
+export function errorBody(error: DataPlaneError, requestId: string): string {
+  return JSON.stringify({ error: { type: error.type, code: error.code, message: error.message, param: error.param, request_id: requestId } });
 }
 
 /** The request's body, refused with `413 payload_too_large` past `maxBytes`. */

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BackendGoneError, BackendRefusedError, BackendUnavailableError } from '../providers/errors';
 import { freeLoopbackPort, processAlive, processExists, waitFor } from '../providers/local-server';
 import { RedisKvStore, redisTenantCredentials } from '../providers/redis/kv.redis';
-import { RedisServer, redisAdminConnection, stopRedisServer, type RedisAdminConnection } from '../providers/redis/redis.server';
+import { RedisServer, redisAdminConnection, socketPathOf, stopRedisServer, type RedisAdminConnection } from '../providers/redis/redis.server';
 import { describeKvContract } from './kv.contract';
 
 /**
@@ -256,13 +256,58 @@ describe('redis: the server', () => {
     }
   });
 
-  it('answers BackendUnavailableError when nothing listens', async () => {
-    const nowhere = new RedisKvStore({ ...admin, port: await freeLoopbackPort() });
+  it('answers BackendUnavailableError when nothing listens, on TCP or at a socket path', async () => {
+    for (const options of [
+      { ...admin, path: undefined, port: await freeLoopbackPort() },
+      { ...admin, path: path.join(root, 'no-such.sock') },
+    ]) {
+      const nowhere = new RedisKvStore(options);
+      try {
+        await expect(nowhere.get('t1', 'app', b('k'))).rejects.toBeInstanceOf(BackendUnavailableError);
+        await expect(nowhere.ensureTenant('t1')).rejects.toBeInstanceOf(BackendUnavailableError);
+      } finally {
+        await nowhere.close();
+      }
+    }
+  });
+
+  it("is reached through its Unix socket (its user's alone), and over TCP all the same", async () => {
+    // The store above (every test of this file) goes through the socket: the admin connection names it.
+    expect(admin.path).toBe(path.join(dataDir, 'redis.sock'));
+    const socket = statSync(admin.path!);
+    expect(socket.isSocket()).toBe(true);
+    expect(socket.mode & 0o777).toBe(0o700);
+    expect(socket.uid).toBe(process.getuid!());
+    expect(readFileSync(path.join(dataDir, 'redis.conf'), 'utf8')).toMatch(/^unixsocketperm 700$/m);
+    const overTcp = new RedisKvStore({ ...admin, path: undefined });
     try {
-      await expect(nowhere.get('t1', 'app', b('k'))).rejects.toBeInstanceOf(BackendUnavailableError);
-      await expect(nowhere.ensureTenant('t1')).rejects.toBeInstanceOf(BackendUnavailableError);
+      await store.ensureTenant('tcp1');
+      expect(await overTcp.put('tcp1', 'app', b('k'), b('v'))).toBe(6);
+      expect(await store.get('tcp1', 'app', b('k'))).toEqual(b('v'));
     } finally {
-      await nowhere.close();
+      await overTcp.close();
+    }
+  });
+
+  it('listens on TCP only where a socket path would be too long for a socket address', async () => {
+    expect(socketPathOf('/srv/' + 'd'.repeat(100))).toBeNull();
+    const deep = path.join(root, 'x'.repeat(100 - root.length));
+    expect(socketPathOf(deep)).toBeNull();
+    const other = await RedisServer.start({ dataDir: deep, maxmemoryBytes: 16 * 1024 * 1024 });
+    pids.add(other.pid);
+    try {
+      const connection = other.adminConnection();
+      expect(connection.path).toBeUndefined();
+      expect(readFileSync(path.join(deep, 'redis.conf'), 'utf8')).not.toMatch(/unixsocket/);
+      const tcpOnly = new RedisKvStore(connection);
+      try {
+        await tcpOnly.ensureTenant('deep1');
+        expect(await tcpOnly.put('deep1', 'app', b('k'), b('v'))).toBe(6);
+      } finally {
+        await tcpOnly.close();
+      }
+    } finally {
+      await stopRedisServer(deep);
     }
   });
 

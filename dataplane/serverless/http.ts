@@ -6,6 +6,12 @@ import { DataPlaneError } from '../errors';
 const tooLarge = (maxBytes: number) =>
   new DataPlaneError(413, 'invalid_request_error', 'payload_too_large', `The body is over ${Math.round(maxBytes / 1024)} KiB.`);
 
+/** A body read whole already (plain-http.ts), refused as `readBody` refuses it past `maxBytes`. */
+export function bodyWithin(body: Buffer, maxBytes: number): Buffer {
+  if (body.length > maxBytes) throw tooLarge(maxBytes);
+  return body;
+}
+
 /**
  * The request's body, refused with `413 payload_too_large` past `maxBytes` (as dataplane/errors.ts
  * `readBody`, with less per call: a small body has usually been parsed whole by the time the handler
@@ -121,9 +127,17 @@ export function parseTarget(target: string): { segments: string[]; search: strin
   const q = target.indexOf('?');
   const path = q < 0 ? target : target.slice(0, q);
   const search = q < 0 ? '' : target.slice(q);
-  if (PLAIN_PATH.test(path) && !DOT_SEGMENT.test(path) && (q < 0 || PLAIN_QUERY.test(search))) return { segments: path.split('/'), search };
+  if (isPlain(path, search)) return { segments: path.split('/'), search };
   const url = new URL(target, 'http://plane');
   return { segments: url.pathname.split('/'), search: url.search };
+}
+
+const isPlain = (path: string, search: string) => PLAIN_PATH.test(path) && !DOT_SEGMENT.test(path) && (search === '' || PLAIN_QUERY.test(search));
+
+/** Whether `new URL` would keep the target as it is (parseTarget splits it without one). */
+export function isPlainTarget(target: string): boolean {
+  const q = target.indexOf('?');
+  return q < 0 ? isPlain(target, '') : isPlain(target.slice(0, q), target.slice(q));
 }
 
 export function sendJson(call: Call, status: number, body: unknown): void {

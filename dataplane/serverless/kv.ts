@@ -53,8 +53,29 @@ export class KvPlane {
 
   constructor(private readonly deps: KvDeps) {}
 
+  /** A request through Node's HTTP server (the plane's router). */
   async handle(call: Call, tenant: LiveTenant): Promise<void> {
-    const segments = call.segments;
+    const value = await this.serve(call.req.method ?? '', call.segments, tenant, (maxBytes) => readBody(call.req, maxBytes));
+    if (value === null) return sendEmpty(call);
+    call.res.writeHead(200, [
+      'X-Request-Id',
+      call.requestId,
+      'Content-Type',
+      'application/octet-stream',
+      'Content-Length',
+      String(value.length),
+      'Cache-Control',
+      'no-store',
+    ]);
+    call.res.end(value);
+  }
+
+  /**
+   * One request, for either transport (Node's HTTP server, or plain-http.ts's reader): `segments`
+   * is the path after `/kv`; `body` reads the request's body, refusing one over the given size.
+   * Resolves to the value read (GET: 200) or null (PUT and DELETE: 204).
+   */
+  async serve(method: string, segments: string[], tenant: LiveTenant, body: (maxBytes: number) => Buffer | Promise<Buffer>): Promise<Buffer | null> {
     if (segments.length !== 5 || segments[0] !== 'v1' || segments[1] !== 'ns' || segments[3] !== 'keys') throw notFound('kv route');
     const ns = nameParam(segments[2], 'ns');
     const key = keyBytes(segments[4]);
@@ -63,36 +84,22 @@ export class KvPlane {
       await store.ensureTenant(tenant.handle);
       this.ensured.add(tenant.handle);
     }
-    const method = call.req.method;
     if (method === 'GET') {
       meter.add(tenant.service_id, { reads: 1 });
       const value = await store.get(tenant.handle, ns, key);
       if (!value) throw notFound('key');
-      call.res.writeHead(200, [
-        'X-Request-Id',
-        call.requestId,
-        'Content-Type',
-        'application/octet-stream',
-        'Content-Length',
-        String(value.length),
-        'Cache-Control',
-        'no-store',
-      ]);
-      call.res.end(value);
-      return;
+      return value;
     }
     if (method !== 'PUT' && method !== 'DELETE') throw methodNotAllowed();
     const plan = this.deps.planOf(tenant);
     if (plan.hard_cap && (await meter.atCap(tenant.service_id, plan))) throw atQuota('kv writes');
+    let stored: number;
     if (method === 'PUT') {
-      const value = await readBody(call.req, plan.limits.max_value_bytes);
-      const stored = await store.put(tenant.handle, ns, key, value);
-      meter.add(tenant.service_id, { writes: 1, storage_bytes_peak: stored });
-    } else {
-      const stored = await store.delete(tenant.handle, ns, key);
-      meter.add(tenant.service_id, { writes: 1, storage_bytes_peak: stored });
-    }
-    sendEmpty(call);
+      const value = body(plan.limits.max_value_bytes);
+      stored = await store.put(tenant.handle, ns, key, value instanceof Promise ? await value : value);
+    } else stored = await store.delete(tenant.handle, ns, key);
+    meter.add(tenant.service_id, { writes: 1, storage_bytes_peak: stored });
+    return null;
   }
 
   /** Removes an ended tenant's data (the reaper). */

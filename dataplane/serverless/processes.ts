@@ -1,5 +1,4 @@
 import type { ChildProcess } from 'node:child_process';
-import type http from 'node:http';
 import type net from 'node:net';
 
 /**
@@ -130,15 +129,14 @@ export class KvHelperPool {
 }
 
 /**
- * In a helper: connections the main process hands over are served by `server` as if it had accepted
- * them, the bytes already read first. Returns the listener (to remove it).
+ * In a helper: connections the main process hands over go to `serve` with the bytes it already
+ * read, as if this process had accepted them. Returns the listener (to remove it).
  */
-export function adoptHandedConnections(server: http.Server): (message: unknown, socket: unknown) => void {
+export function adoptHandedConnections(serve: (socket: net.Socket, head: Buffer) => void): (message: unknown, socket: unknown) => void {
   const onMessage = (message: unknown, socket: unknown) => {
     if ((message as Partial<HandedConnection>)?.type !== 'kv-connection' || !socket) return;
     const s = socket as net.Socket;
-    server.emit('connection', s);
-    s.emit('data', Buffer.from((message as HandedConnection).head, 'latin1'));
+    serve(s, Buffer.from((message as HandedConnection).head, 'latin1'));
     s.resume();
   };
   process.on('message', onMessage);

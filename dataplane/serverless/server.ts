@@ -9,13 +9,14 @@ import type { SqlDbEngine } from '../../providers/sqldb.provider';
 import type { FunctionsRuntime } from '../../providers/functions.provider';
 import { planOf, PRIMITIVES, type PlanSettings, type Primitive, type ServerlessPlan } from '../../domain/serverless/plans';
 import type { LiveTenant } from '../../domain/serverless/store';
-import { DataPlaneError, sendError } from '../errors';
+import { DataPlaneError, errorBody, sendError } from '../errors';
 import { CronPlane } from './cron';
 import { DbPlane } from './db';
 import { FunctionsPlane } from './functions';
-import { asDataPlaneError, notFound, parseTarget, PlaneCall, type Call } from './http';
+import { asDataPlaneError, bodyWithin, isPlainTarget, notFound, parseTarget, PlaneCall, type Call } from './http';
 import { KvPlane } from './kv';
 import { UsageMeter } from './meter';
+import { servePlainHttp, type PlainHttpConnection, type PlainRequest, type PlainResponse } from './plain-http';
 import { adoptHandedConnections, isKvRequestHead, type KvHelperPool } from './processes';
 import { Reaper } from './reaper';
 import { TenantDirectory } from './tenants';
@@ -55,8 +56,10 @@ export interface ServerlessDataPlaneOptions {
  */
 export class ServerlessDataPlane {
   private server: http.Server | null = null;
-  /** With kv helpers: the public listener, which hands connections to the HTTP server or to a helper. */
+  /** The public listener: hands each connection to the kv reader, a kv helper or the HTTP server, by its first request. */
   private front: net.Server | null = null;
+  /** Connections the kv reader serves (plain-http.ts). */
+  private readonly plain = new Set<PlainHttpConnection>();
   private helpers: KvHelperPool | null = null;
   private adopted: ((message: unknown, socket: unknown) => void) | null = null;
   /** Connections of the front listener that have sent nothing yet. */
@@ -98,21 +101,20 @@ export class ServerlessDataPlane {
   }
 
   /**
-   * Serves on `host:port`. With `kvHelpers` (the main process of several: processes.ts), the HTTP
-   * server listens on an internal loopback port (the helpers pass requests on to it) and a front
-   * listener on `host:port` gives each new connection to a helper or to the HTTP server.
+   * Serves on `host:port`: a front listener reads each new connection's first bytes and gives it to
+   * the kv reader (plain-http.ts) when its first request is for kv, else to the HTTP server, which
+   * listens on an internal loopback port (for its timeouts, and where kv helpers pass requests for
+   * the other primitives on). With `kvHelpers` (the main process of several: processes.ts) kv
+   * connections go in turn to the helpers too.
    */
   async listen(port: number, host = '127.0.0.1', options: { kvHelpers?: (forwardTo: string) => KvHelperPool } = {}): Promise<string> {
     await this.functions?.restoreAll().catch((err) => this.options.onError?.(err));
     const server = this.createServer();
-    if (!options.kvHelpers) {
-      const address = await listenOn(server, port, host);
-      this.startBackground();
-      return urlOf(host, address.port);
-    }
     const internal = await listenOn(server, 0, '127.0.0.1');
-    this.helpers = options.kvHelpers(urlOf('127.0.0.1', internal.port));
-    this.helpers.start();
+    if (options.kvHelpers) {
+      this.helpers = options.kvHelpers(urlOf('127.0.0.1', internal.port));
+      this.helpers.start();
+    }
     this.front = net.createServer((socket) => this.dispatch(socket));
     const address = await listenOn(this.front, port, host);
     this.startBackground();
@@ -126,7 +128,7 @@ export class ServerlessDataPlane {
   async adoptConnections(): Promise<void> {
     const server = this.createServer();
     await listenOn(server, 0, '127.0.0.1');
-    this.adopted = adoptHandedConnections(server);
+    this.adopted = adoptHandedConnections((socket, head) => this.serveConnection(socket, head));
     this.startBackground();
   }
 
@@ -151,7 +153,7 @@ export class ServerlessDataPlane {
     if (this.options.reap ?? true) this.reaper.start();
   }
 
-  /** A new connection of the front listener: to a kv helper when its first request is for kv and it is a helper's turn, else served here. */
+  /** A new connection of the front listener: to a kv helper when its first request is for kv and it is a helper's turn, else served here (serveConnection). */
   private dispatch(socket: net.Socket): void {
     // Until its first bytes the connection is nobody's: it goes on an error, or when it sends
     // nothing within the HTTP server's time for a request's head (as the server would close it).
@@ -166,9 +168,58 @@ export class ServerlessDataPlane {
       socket.off('error', onError);
       socket.setTimeout(0, onTimeout);
       if (isKvRequestHead(head) && this.helpers?.take(socket, head)) return;
-      this.server!.emit('connection', socket);
-      socket.emit('data', head);
+      this.serveConnection(socket, head);
     });
+  }
+
+  /** A connection whose first bytes (`head`) were read: kv requests to the kv reader while they are plain, everything else to the HTTP server. */
+  private serveConnection(socket: net.Socket, head: Buffer): void {
+    if (!this.kv || !isKvRequestHead(head)) return this.toHttpServer(socket, head);
+    const server = this.server!;
+    const connection = servePlainHttp(socket, head, {
+      accepts: (target) => target.startsWith('/kv/') && isPlainTarget(target),
+      handle: (request) => this.kvRequest(request),
+      handOff: (s, rest) => this.toHttpServer(s, rest),
+      keepAliveMs: server.keepAliveTimeout,
+      headersTimeoutMs: server.headersTimeout,
+      onError: this.options.onError,
+    });
+    this.plain.add(connection);
+    void connection.ended.then(() => this.plain.delete(connection));
+  }
+
+  /** Gives a connection to the HTTP server, the bytes already read from it first. */
+  private toHttpServer(socket: net.Socket, read: Buffer): void {
+    this.server!.emit('connection', socket);
+    if (read.length > 0) socket.emit('data', read);
+  }
+
+  /** A kv request read by plain-http.ts: as `route` answers it, in that reader's terms. */
+  private async kvRequest(request: PlainRequest): Promise<PlainResponse> {
+    const requestId = newUlidId('req');
+    try {
+      const tenant = this.tenants.knownBearer('kv', request.authorization) ?? (await this.tenants.bearer('kv', request.authorization));
+      // A plain target (`accepts`): its path split as it is, after `/kv`.
+      const query = request.target.indexOf('?');
+      const segments = (query < 0 ? request.target : request.target.slice(0, query)).split('/').slice(2);
+      const value = await this.kv!.serve(request.method, segments, tenant, (maxBytes) => bodyWithin(request.body, maxBytes));
+      if (value === null) return { status: 204, headers: `X-Request-Id: ${requestId}\r\nCache-Control: no-store\r\n` };
+      return { status: 200, headers: `X-Request-Id: ${requestId}\r\nContent-Type: application/octet-stream\r\nCache-Control: no-store\r\n`, body: value };
+    } catch (err) {
+      const answer = this.answerOf(err);
+      return {
+        status: answer.status,
+        headers: `X-Request-Id: ${requestId}\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n`,
+        body: errorBody(answer, requestId),
+      };
+    }
+  }
+
+  /** The answer to a failed request: its own, or 503 for what the client is not (logged). */
+  private answerOf(err: unknown): DataPlaneError {
+    const known = asDataPlaneError(err);
+    if (!known) this.options.onError?.(err as Error);
+    return known ?? new DataPlaneError(503, 'api_error', 'backend_unavailable', 'The serverless backend is not answering; try again shortly.');
   }
 
   /** Writes the counted usage now (tests; the plane does it every second). */
@@ -203,9 +254,7 @@ export class ServerlessDataPlane {
       const tenant = await this.tenants.bearer(primitive as Primitive, req.headers.authorization);
       await plane.handle(new PlaneCall(req, res, requestId, segments.slice(2), target.search), tenant);
     } catch (err) {
-      const known = asDataPlaneError(err);
-      if (!known) this.options.onError?.(err as Error);
-      const answer = known ?? new DataPlaneError(503, 'api_error', 'backend_unavailable', 'The serverless backend is not answering; try again shortly.');
+      const answer = this.answerOf(err);
       // A body the client is still sending is not read: the connection closes after the answer.
       if (!req.complete && !res.headersSent) res.setHeader('Connection', 'close');
       sendError(res, answer, requestId);
@@ -281,6 +330,8 @@ export class ServerlessDataPlane {
     this.front = null;
     const frontClosed = front ? new Promise<void>((resolve) => front.close(() => resolve())) : Promise.resolve();
     for (const socket of this.undecided) socket.destroy();
+    for (const connection of this.plain) connection.shutdown();
+    await Promise.all([...this.plain].map((c) => c.ended));
     if (this.server) {
       this.server.closeIdleConnections();
       await new Promise<void>((resolve) => this.server!.close(() => resolve()));

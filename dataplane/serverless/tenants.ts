@@ -26,6 +26,19 @@ export class TenantDirectory {
 
   constructor(private readonly db: Knex) {}
 
+  /**
+   * The tenant of a token looked up less than TRUST_MS ago, without waiting (the kv reader's usual
+   * case); refusals as `bearer`'s; undefined when it must be looked up (`bearer`).
+   */
+  knownBearer(primitive: Primitive, authorization: string | undefined): LiveTenant | undefined {
+    const kept = authorization === undefined ? undefined : this.tokens.get(primitive)?.get(authorization);
+    if (kept === undefined || Date.now() - kept.at >= TRUST_MS) return undefined;
+    const tenant = kept.tenant;
+    if (!tenant || ENDED.has(tenant.status)) throw invalidToken(primitive);
+    requireServing(tenant);
+    return tenant;
+  }
+
   async bearer(primitive: Primitive, authorization: string | undefined): Promise<LiveTenant> {
     let cache = this.tokens.get(primitive);
     if (!cache) this.tokens.set(primitive, (cache = new Map()));

@@ -36,7 +36,8 @@ import {
  * no RDB snapshots; the ACL file holds the tenants' users (kept by `ACL SAVE`).
  *
  * It runs as the invoking user, like Haraka: one shared server that runs no tenant code (no EVAL,
- * no modules, no DEBUG for anyone), reached only by the data plane over loopback.
+ * no modules, no DEBUG for anyone), reached only by the data plane: over its Unix socket on this
+ * machine (`socketPathOf`), or loopback TCP.
  */
 const INSTALL_FIX = 'run bash scripts/install/serverless.sh (as root): it installs the Debian package redis-server (Redis 7)';
 const PIDFILE = 'redis.pid';
@@ -45,6 +46,7 @@ const CONFIG = 'redis.conf';
 const SETTINGS = 'server.json';
 const ACLFILE = 'users.acl';
 const SECRET = 'admin.secret';
+const SOCKET = 'redis.sock';
 /** The control plane's user: every key, every command. Tenants' users are made by the kv store. */
 export const REDIS_ADMIN_USER = 'admin';
 /** SIGTERM makes Redis fsync its append-only file and exit; SIGKILL only if that takes longer than this. */
@@ -72,6 +74,12 @@ export interface RedisServerOptions {
 export interface RedisAdminConnection {
   host: string;
   port: number;
+  /**
+   * The server's Unix socket, when it has one: the kv data plane on the same machine talks to Redis
+   * through it (no TCP stack per command: docs/benchmarks.md "Serverless primitives"); `host:port`
+   * stays for everything else (redis-cli, a plane on another machine).
+   */
+  path?: string;
   username: string;
   password: string;
 }
@@ -122,7 +130,20 @@ export function redisAdminConnection(dataDir: string): RedisAdminConnection | nu
   const dir = path.resolve(dataDir);
   const settings = readSettings(dir);
   const password = readSecret(dir);
-  return settings && password ? { host: settings.bindAddress, port: settings.port, username: REDIS_ADMIN_USER, password } : null;
+  if (!settings || !password) return null;
+  // A server started before it had the socket (adopted as it runs) has none: then TCP only.
+  const socket = socketPathOf(dir);
+  return { host: settings.bindAddress, port: settings.port, ...(socket && existsSync(socket) ? { path: socket } : {}), username: REDIS_ADMIN_USER, password };
+}
+
+/**
+ * The Unix socket of a data directory's server (`redis.sock` in it, mode 0700: the server's own
+ * user only, as the data directory), or null when its path is too long for a socket address
+ * (sun_path: 108 bytes with its NUL; a checkout deep in a home directory), when the server listens on TCP only.
+ */
+export function socketPathOf(dataDir: string): string | null {
+  const socket = path.join(path.resolve(dataDir), SOCKET);
+  return Buffer.byteLength(socket) <= 100 ? socket : null;
 }
 
 async function chooseSettings(options: RedisServerOptions): Promise<RedisSettings> {
@@ -138,10 +159,12 @@ async function chooseSettings(options: RedisServerOptions): Promise<RedisSetting
 const quoted = (value: string) => `"${value.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 
 function configText(dataDir: string, settings: RedisSettings, maxmemoryBytes: number): string {
+  const socket = socketPathOf(dataDir);
   return [
     '# Written by providers/redis/redis.server.ts on every start; edits are overwritten.',
     `bind ${settings.bindAddress}`,
     `port ${settings.port}`,
+    ...(socket ? [`unixsocket ${quoted(socket)}`, 'unixsocketperm 700'] : []),
     'protected-mode yes',
     'daemonize no',
     // The command line stays `redis-server <config>`: how a later process recognises its pid.
