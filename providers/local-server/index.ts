@@ -8,6 +8,7 @@
  * - ports found free: `freePort`, `freeLoopbackPort`, `probeBind`, `portOrFree`;
  * - daemonise, pidfile, re-adopt: `spawnDetached`, `readPidFile`, `processAlive`, `stopProcess`,
  *   `waitFor` (HAProxy, the PostgreSQL and MariaDB instances, PowerDNS: providers/powerdns/powerdns.server.ts);
+ * - a server with fixed names in /tmp kept apart from other accounts: `inPrivateTmp` (SeaweedFS);
  * - one change at a time across processes: `withFileLock`;
  * - a one-per-data-directory daemon's start: `adoptOrStart` (find, else start once under
  *   `start.lock`), `awaitDaemonReady` (until it answers or exits; the error ends with its log);

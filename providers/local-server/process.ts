@@ -6,7 +6,7 @@ import { once } from 'node:events';
  * secrets go to the servers over their sockets.
  */
 import { spawn } from 'node:child_process';
-import { constants as fsConstants, promises as fs, readFileSync } from 'node:fs';
+import { chmodSync, constants as fsConstants, mkdirSync, promises as fs, readFileSync, realpathSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import type { OsAccount } from '../os-accounts';
 import { openTenantFile, readTenantFile } from './tenant-files';
@@ -140,6 +140,58 @@ export async function spawnDetached(command: string, args: string[], opts: RunOp
   } finally {
     await out?.close();
   }
+}
+
+/**
+ * `command args` to run in a mount namespace of its own whose `/tmp` is `tmpDir`, as `account`
+ * (dropped after the mounts, by setpriv, groups cleared as spawnDetached's `as` does): for a server
+ * that puts fixed names in /tmp, which any other account of the machine could hold first or plant
+ * (SeaweedFS's gRPC sockets, /tmp/seaweedfs-master-grpc-<port>.sock, which its own parts dial when
+ * the file exists). `keep`, a directory of the server's under /tmp (its data directory in tests),
+ * stays visible at its own path (bound again inside the new /tmp). unshare, sh and setpriv each
+ * exec the next, so the pid spawnDetached returns is the server's. Root only.
+ *
+ * `tmpDir` is made again at every call, root's, 1777 like /tmp (reached only through its parent,
+ * which must be closed to others): nothing the account left there is reused, and the directories
+ * the mounts go on are root's, made now.
+ */
+export function inPrivateTmp(
+  command: string,
+  args: string[],
+  options: { tmpDir: string; keep?: string; account: Pick<OsAccount, 'uid' | 'gid'> },
+): { command: string; args: string[] } {
+  const { tmpDir, account } = options;
+  rmSync(tmpDir, { recursive: true, force: true });
+  mkdirSync(tmpDir, { mode: 0o700 });
+  chmodSync(tmpDir, 0o1777);
+  const keep = options.keep ? realpathSync(options.keep) : '';
+  const inTmp = keep.startsWith('/tmp/') ? path.join(tmpDir, keep.slice('/tmp/'.length)) : '';
+  if (inTmp) mkdirSync(inTmp, { recursive: true, mode: 0o755 });
+  const script = [
+    'd=$1; keep=$2; at=$3; u=$4; g=$5; shift 5',
+    'if [ -n "$at" ]; then mount --bind "$keep" "$at" && mount --rbind "$d" /tmp || exit 1; else mount --bind "$d" /tmp || exit 1; fi',
+    'exec setpriv --reuid="$u" --regid="$g" --clear-groups -- "$@"',
+  ].join('\n');
+  return {
+    command: 'unshare',
+    args: [
+      '--mount',
+      '--propagation',
+      'private',
+      '--',
+      '/bin/sh',
+      '-c',
+      script,
+      'private-tmp',
+      tmpDir,
+      keep,
+      inTmp,
+      String(account.uid),
+      String(account.gid),
+      command,
+      ...args,
+    ],
+  };
 }
 
 /** Pids `spawnDetached` started in this process, and how those that ended did ("it exited with code 1"). */

@@ -8,6 +8,7 @@ import {
   findBinary,
   freeLoopbackPort,
   makeDirectory,
+  inPrivateTmp,
   ownedDirectory,
   probeBind,
   readPidFile,
@@ -320,11 +321,19 @@ export class SeaweedServer {
     if (account) chownSync(security, account.uid, account.gid);
     const logFile = path.join(dataDir, LOGFILE);
     const program = account ? serverCopyOf(binary, dataDir) : binary;
-    const pid = await spawnDetached(program, argsOf(dataDir, settings), {
+    // `weed server` serves each gRPC port on a socket at a fixed path in /tmp too, and its parts dial
+    // that file whenever it exists: one another account left or planted there (sticky /tmp: not ours
+    // to replace) would take the master's place ("permission denied" at best). So the server's /tmp
+    // is a directory of its own, in a mount namespace of its own.
+    let command = { command: program, args: argsOf(dataDir, settings) };
+    if (account) {
+      // (An account is made only as root: isolatedAccounts.) The data directory (0710) closes its tmp to others.
+      command = inPrivateTmp(program, command.args, { tmpDir: path.join(dataDir, 'tmp'), keep: dataDir, account });
+    }
+    const pid = await spawnDetached(command.command, command.args, {
       cwd: path.join(dataDir, 'data'),
       outputFile: logFile,
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: path.join(dataDir, 'data') },
-      ...(account ? { as: account } : {}),
     });
     writeFileSync(path.join(dataDir, PIDFILE), `${pid}\n`, { mode: 0o644 });
     const server = new SeaweedServer(dataDir, pid, settings, false);
