@@ -3,10 +3,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServerlessActivities } from '../activities/serverless/activities';
-import { ServerlessDataPlane } from '../dataplane/serverless/server';
-import { planSettingsOf } from '../domain/serverless/plans';
+import type { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { startStack, type Stack } from './helpers/stack';
-import { call, eventually, newTenant, type TestTenant } from './serverless.support';
+import { call, eventually, newTenant, type TestTenant, testPlane } from './serverless.support';
 
 /**
  * Serverless cron on the Temporal dev server: schedules are Temporal Schedules whose firings POST
@@ -36,13 +35,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
-  plane = new ServerlessDataPlane({
-    db: stack.db,
-    keyring: stack.api.deps.keyring,
-    temporal: stack.api.deps.temporal,
-    plans: planSettingsOf(stack.config),
-    allowInsecureTargets: true,
-  });
+  plane = testPlane(stack);
   base = await plane.listen(0);
   tenant = await newTenant(stack, base, 'cron');
 }, 120_000);

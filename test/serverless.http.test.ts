@@ -2,12 +2,11 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ServerlessDataPlane } from '../dataplane/serverless/server';
-import { planSettingsOf } from '../domain/serverless/plans';
+import type { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { PostgresKvStore } from '../providers/simulator/kv.simulator';
 import { SqliteEngine } from '../providers/sqlite/sqlite.engine';
 import { startStack, type Stack } from './helpers/stack';
-import { call, eventually, newTenant, type TestTenant } from './serverless.support';
+import { call, eventually, newTenant, type TestTenant, testPlane } from './serverless.support';
 
 /**
  * Serverless kv and db end to end: the control plane's tenants, tokens and usage, and the data
@@ -32,12 +31,7 @@ const query = (t: TestTenant, ns: string, body: object) => call(`${t.endpoint}/v
 beforeAll(async () => {
   stack = await startStack({ temporal: 'none' });
   dbRoot = await mkdtemp(path.join(tmpdir(), 'serverless-db-'));
-  plane = new ServerlessDataPlane({
-    db: stack.db,
-    keyring: stack.api.deps.keyring,
-    temporal: stack.api.deps.temporal,
-    plans: planSettingsOf(stack.config),
-    allowInsecureTargets: true,
+  plane = testPlane(stack, {
     kv: new PostgresKvStore(stack.db),
     sql: new SqliteEngine({ rootDir: dbRoot, workers: 1, queryTimeoutMs: 2_000 }),
     flushMs: 200,

@@ -3,12 +3,11 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ServerlessDataPlane } from '../dataplane/serverless/server';
-import { planSettingsOf } from '../domain/serverless/plans';
+import type { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { PostgresKvStore } from '../providers/simulator/kv.simulator';
 import { SqliteEngine } from '../providers/sqlite/sqlite.engine';
 import { startStack, type Stack } from './helpers/stack';
-import { call, newTenant, type TestTenant } from './serverless.support';
+import { call, newTenant, type TestTenant, testPlane } from './serverless.support';
 
 /**
  * The kv plane's own HTTP/1.1 reader (dataplane/serverless/plain-http.ts) in the real data plane
@@ -31,12 +30,7 @@ let router: { mock: { calls: unknown[][] } };
 beforeAll(async () => {
   stack = await startStack({ temporal: 'none' });
   dbRoot = await mkdtemp(path.join(tmpdir(), 'serverless-kv-reader-'));
-  plane = new ServerlessDataPlane({
-    db: stack.db,
-    keyring: stack.api.deps.keyring,
-    temporal: stack.api.deps.temporal,
-    plans: planSettingsOf(stack.config),
-    allowInsecureTargets: true,
+  plane = testPlane(stack, {
     kv: new PostgresKvStore(stack.db),
     sql: new SqliteEngine({ rootDir: dbRoot, workers: 1, queryTimeoutMs: 2_000 }),
     flushMs: 200,
@@ -433,12 +427,7 @@ describe('targets', () => {
 
 describe('closing the plane', () => {
   it('closes promptly with an idle kv keep-alive connection (and one handed to the HTTP server) open', async () => {
-    const other = new ServerlessDataPlane({
-      db: stack.db,
-      keyring: stack.api.deps.keyring,
-      temporal: stack.api.deps.temporal,
-      plans: planSettingsOf(stack.config),
-      allowInsecureTargets: true,
+    const other = testPlane(stack, {
       kv: new PostgresKvStore(stack.db),
       reap: false,
     });
@@ -481,12 +470,7 @@ describe('closing the plane', () => {
   });
 
   it('closes promptly when a kv answer is still going out to a slow client at close, once that answer is out', async () => {
-    const other = new ServerlessDataPlane({
-      db: stack.db,
-      keyring: stack.api.deps.keyring,
-      temporal: stack.api.deps.temporal,
-      plans: planSettingsOf(stack.config),
-      allowInsecureTargets: true,
+    const other = testPlane(stack, {
       kv: new PostgresKvStore(stack.db),
       reap: false,
     });

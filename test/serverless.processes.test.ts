@@ -6,12 +6,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isKvRequestHead, KvHelperPool } from '../dataplane/serverless/processes';
-import { ServerlessDataPlane } from '../dataplane/serverless/server';
-import { planSettingsOf } from '../domain/serverless/plans';
+import type { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { PostgresKvStore } from '../providers/simulator/kv.simulator';
 import { SqliteEngine } from '../providers/sqlite/sqlite.engine';
 import { startStack, type Stack } from './helpers/stack';
-import { eventually, newTenant, type TestTenant } from './serverless.support';
+import { eventually, newTenant, type TestTenant, testPlane } from './serverless.support';
 
 /**
  * The kv primitive on two processes (SERVERLESS_KV_PROCESSES=2, dataplane/serverless/processes.ts):
@@ -31,12 +30,7 @@ let sql: TestTenant;
 beforeAll(async () => {
   stack = await startStack({ temporal: 'none' });
   dbRoot = await mkdtemp(path.join(tmpdir(), 'serverless-processes-'));
-  plane = new ServerlessDataPlane({
-    db: stack.db,
-    keyring: stack.api.deps.keyring,
-    temporal: stack.api.deps.temporal,
-    plans: planSettingsOf(stack.config),
-    allowInsecureTargets: true,
+  plane = testPlane(stack, {
     kv: new PostgresKvStore(stack.db),
     sql: new SqliteEngine({ rootDir: dbRoot, workers: 1, queryTimeoutMs: 2_000 }),
     flushMs: 200,
@@ -126,12 +120,7 @@ describe('the kv primitive on several processes', () => {
   });
 
   it('closes at once with idle keep-alive connections and connections that sent nothing', async () => {
-    const other = new ServerlessDataPlane({
-      db: stack.db,
-      keyring: stack.api.deps.keyring,
-      temporal: stack.api.deps.temporal,
-      plans: planSettingsOf(stack.config),
-      allowInsecureTargets: true,
+    const other = testPlane(stack, {
       reap: false,
     });
     const url = await other.listen(0, '127.0.0.1', { kvHelpers: () => new KvHelperPool({ count: 0, spawn: () => fork(__filename) }) });

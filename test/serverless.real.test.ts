@@ -4,14 +4,13 @@ import path from 'node:path';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kvStoreOf, serverlessDirs } from '../dataplane/serverless/main';
-import { ServerlessDataPlane } from '../dataplane/serverless/server';
-import { planSettingsOf } from '../domain/serverless/plans';
+import type { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { redisTenantCredentials } from '../providers/redis/kv.redis';
 import { redisAdminConnection, stopRedisServer } from '../providers/redis/redis.server';
 import { SqliteEngine } from '../providers/sqlite/sqlite.engine';
 import { WorkerdRuntime } from '../providers/workerd/runtime';
 import { startStack, type Stack } from './helpers/stack';
-import { call, eventually, newTenant, type TestTenant } from './serverless.support';
+import { call, eventually, newTenant, type TestTenant, testPlane } from './serverless.support';
 
 /**
  * The serverless data planes on their real backends, as `npm start` runs them: kv on this host's
@@ -34,12 +33,7 @@ const hello = (v: number) => `export default {
 beforeAll(async () => {
   stack = await startStack({ temporal: 'none', env: { SERVERLESS_DATA_DIR: root, KV_BACKEND: 'redis' } });
   const dirs = serverlessDirs(stack.config);
-  plane = new ServerlessDataPlane({
-    db: stack.db,
-    keyring: stack.api.deps.keyring,
-    temporal: stack.api.deps.temporal,
-    plans: planSettingsOf(stack.config),
-    allowInsecureTargets: true,
+  plane = testPlane(stack, {
     kv: await kvStoreOf(stack.config, stack.db),
     sql: new SqliteEngine({ rootDir: dirs.db, workers: 1 }),
     functions: new WorkerdRuntime({ dataDir: dirs.functions, timeoutMs: 3_000 }),

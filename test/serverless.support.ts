@@ -1,8 +1,24 @@
 import { createApiKey, createService, createUser } from './helpers/fixtures';
 import { provisionTargetOf } from '../domain/provisioning';
 import { ServerlessProvisioner } from '../domain/serverless/provisioner';
-import type { Primitive } from '../domain/serverless/plans';
+import { planSettingsOf, type Primitive } from '../domain/serverless/plans';
+import { ServerlessDataPlane, type ServerlessDataPlaneOptions } from '../dataplane/serverless/server';
 import type { Stack } from './helpers/stack';
+
+/**
+ * A data plane on the stack's database, keyring, Temporal and plan settings, insecure targets
+ * allowed (the tests' receivers are on loopback), with the backends and options given.
+ */
+export function testPlane(stack: Stack, options: Partial<ServerlessDataPlaneOptions> = {}): ServerlessDataPlane {
+  return new ServerlessDataPlane({
+    db: stack.db,
+    keyring: stack.api.deps.keyring,
+    temporal: stack.api.deps.temporal,
+    plans: planSettingsOf(stack.config),
+    allowInsecureTargets: true,
+    ...options,
+  });
+}
 
 /** What the serverless tests share: a tenant of a primitive for an account, provisioned as an order would, and its first token. */
 export interface TestTenant {
