@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -108,5 +108,32 @@ setInterval(() => undefined, 1_000);`;
     expect(await gone(second.pid)).toBe(true);
     await third.stop();
     expect(await gone(third.pid)).toBe(true);
+  });
+
+  it('starts again when a start ends without a word, and says how one ended when the second does too', async () => {
+    const dataDir = newDataDir();
+    const scripts = mkdtempSync(path.join(tmpdir(), 'cloud-pdns-wrapper-'));
+    dirs.push(scripts);
+    // A pdns_server that ends silently on its first run, then is the real one.
+    const flaky = path.join(scripts, 'flaky', 'pdns_server');
+    mkdirSync(path.dirname(flaky), { mode: 0o755 });
+    const marker = path.join(scripts, 'ran-once');
+    writeFileSync(flaky, `#!/bin/sh\nif [ ! -e ${marker} ]; then : > ${marker}; exit 3; fi\nexec /usr/sbin/pdns_server "$@"\n`, { mode: 0o755 });
+    const log: string[] = [];
+    const server = await PowerDnsServer.start({ dataDir, ...ANY, binary: flaky, log: (line) => log.push(line) });
+    expect(existsSync(marker)).toBe(true);
+    expect(log[0]).toMatch(/^PowerDNS start 1 failed, trying again: PowerDNS did not start \(it exited with code 3\)/);
+    expect(await PowerDnsServer.answers(server.apiUrl, server.apiKey)).toBe(true);
+    await server.stop();
+
+    // Always silent: three tries, and the error says how the last one ended.
+    const silent = path.join(scripts, 'silent', 'pdns_server');
+    mkdirSync(path.dirname(silent), { mode: 0o755 });
+    writeFileSync(silent, '#!/bin/sh\nkill -KILL $$\n', { mode: 0o755 });
+    const tries: string[] = [];
+    await expect(PowerDnsServer.start({ dataDir: newDataDir(), ...ANY, binary: silent, log: (line) => tries.push(line) })).rejects.toThrow(
+      /PowerDNS did not start \(it was killed by SIGKILL\)/,
+    );
+    expect(tries.filter((line) => /trying again/.test(line))).toHaveLength(2);
   });
 });

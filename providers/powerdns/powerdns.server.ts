@@ -207,6 +207,11 @@ class PowerDnsStartError extends Error {
   get portTaken(): boolean {
     return this.output.some((line) => /Address already in use/.test(line));
   }
+
+  /** It ended without a line of output. */
+  get silent(): boolean {
+    return this.output.length === 0 && /\((it exited|it was killed)/.test(this.message);
+  }
 }
 
 /** pdns_server's pidfile in its socket-dir (the data directory): written by this module and by the server itself, as root. */
@@ -368,14 +373,18 @@ export class PowerDnsServer {
       },
       stop: () => stopPowerDnsServer(dataDir),
       launch: async (account) => {
-        // Ports chosen free a moment before pdns_server binds them can be taken meanwhile (many servers
-        // start at once in a test run): another pair of free ports is then tried.
+        // Tried again, twice at most: ports chosen free a moment before pdns_server binds them can be
+        // taken meanwhile (many servers start at once in a test run), and then other free ones are
+        // chosen; and a server that ended before writing a line (a configuration or database it
+        // refuses always says so) was not refused (a CI run saw one end so, once, on a loaded machine).
         const choosesPorts = splitHostPort(options.dnsAddress).port === 0 || splitHostPort(options.apiAddress).port === 0;
         for (let attempt = 1; ; attempt++) {
           try {
             return await PowerDnsServer.launch(dataDir, binary, account, options);
           } catch (err) {
-            if (!(choosesPorts && attempt < 3 && err instanceof PowerDnsStartError && err.portTaken)) throw err;
+            const again = err instanceof PowerDnsStartError && ((choosesPorts && err.portTaken) || err.silent);
+            if (!again || attempt >= 3) throw err;
+            options.log?.(`PowerDNS start ${attempt} failed, trying again: ${(err as Error).message.split('\n')[0]}`);
           }
         }
       },
