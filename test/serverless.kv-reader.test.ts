@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ServerlessDataPlane } from '../dataplane/serverless/server';
 import { PostgresKvStore } from '../providers/simulator/kv.simulator';
 import { SqliteEngine } from '../providers/sqlite/sqlite.engine';
+import { RawClient } from './helpers/raw-http';
 import { startStack, type Stack } from './helpers/stack';
 import { call, newTenant, type TestTenant, testPlane } from './serverless.support';
 
@@ -70,116 +71,6 @@ function request(method: string, target: string, opts: { token?: string | null; 
   return Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n${opts.extra ?? ''}\r\n`, 'latin1'), body]);
 }
 
-interface Answer {
-  status: number;
-  headers: Record<string, string>;
-  body: Buffer;
-  json(): any;
-}
-
-/** A raw client on one connection: answers read one after the other (Content-Length, chunked, or none for 1xx/204/304). */
-class RawClient {
-  private buffer = Buffer.alloc(0);
-  closed = false;
-  private wake: (() => void) | null = null;
-  readonly closing: Promise<void>;
-
-  private constructor(readonly socket: net.Socket) {
-    socket.on('data', (chunk: Buffer) => {
-      this.buffer = Buffer.concat([this.buffer, chunk]);
-      this.wake?.();
-    });
-    socket.on('error', () => undefined);
-    this.closing = new Promise((resolve) =>
-      socket.once('close', () => {
-        this.closed = true;
-        this.wake?.();
-        resolve();
-      }),
-    );
-  }
-
-  static connect(): Promise<RawClient> {
-    return new Promise((resolve, reject) => {
-      const socket = net.connect(port, '127.0.0.1', () => resolve(new RawClient(socket)));
-      socket.once('error', reject);
-    });
-  }
-
-  /** A string is sent as latin1: one byte per character. */
-  write(data: Buffer | string): Promise<void> {
-    return new Promise((resolve, reject) =>
-      this.socket.write(typeof data === 'string' ? Buffer.from(data, 'latin1') : data, (err) => (err ? reject(err) : resolve())),
-    );
-  }
-
-  async answer(ms = 5_000): Promise<Answer> {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const parsed = this.parse();
-      if (parsed) return parsed;
-      const have = JSON.stringify(this.buffer.toString('latin1').slice(0, 300));
-      if (this.closed) throw new Error(`closed before a whole answer; have ${have}`);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no whole answer within ${ms} ms; have ${have}`);
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left);
-        this.wake = () => {
-          clearTimeout(timer);
-          this.wake = null;
-          resolve();
-        };
-      });
-    }
-  }
-
-  closedWithin(ms: number): Promise<'closed' | 'open'> {
-    return Promise.race([this.closing.then(() => 'closed' as const), new Promise<'open'>((resolve) => setTimeout(() => resolve('open'), ms))]);
-  }
-
-  private parse(): Answer | null {
-    const end = this.buffer.indexOf('\r\n\r\n');
-    if (end === -1) return null;
-    const [statusLine, ...lines] = this.buffer.toString('latin1', 0, end).split('\r\n');
-    const status = Number(statusLine.split(' ')[1]);
-    const headers: Record<string, string> = {};
-    for (const line of lines) {
-      const colon = line.indexOf(':');
-      headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
-    }
-    let at = end + 4;
-    let body: Buffer;
-    if ((status >= 100 && status < 200) || status === 204 || status === 304) body = Buffer.alloc(0);
-    else if (headers['transfer-encoding'] === 'chunked') {
-      const chunks: Buffer[] = [];
-      for (;;) {
-        const lineEnd = this.buffer.indexOf('\r\n', at);
-        if (lineEnd === -1) return null;
-        const size = parseInt(this.buffer.toString('latin1', at, lineEnd), 16);
-        if (this.buffer.length < lineEnd + 2 + size + 2) return null;
-        chunks.push(this.buffer.subarray(lineEnd + 2, lineEnd + 2 + size));
-        at = lineEnd + 2 + size + 2;
-        if (size === 0) break;
-      }
-      body = Buffer.concat(chunks);
-    } else if (headers['content-length'] !== undefined) {
-      const length = Number(headers['content-length']);
-      if (this.buffer.length < at + length) return null;
-      body = Buffer.from(this.buffer.subarray(at, at + length));
-      at += length;
-    } else if (this.closed) {
-      body = Buffer.from(this.buffer.subarray(at));
-      at = this.buffer.length;
-    } else return null;
-    this.buffer = this.buffer.subarray(at);
-    return { status, headers, body, json: () => JSON.parse(body.toString('utf8')) };
-  }
-
-  destroy(): void {
-    this.socket.destroy();
-  }
-}
-
 /** The `/v1` error envelope, its request_id the answer's X-Request-Id. */
 function expectEnvelope(answer: { status: number; headers: Record<string, string>; body: any }, status: number, code: string, param: string | null = null) {
   expect(answer.status).toBe(status);
@@ -196,7 +87,7 @@ describe('kv requests the reader answers itself', () => {
   it('PUT, GET, DELETE, GET of non-UTF-8 bytes on one keep-alive connection', async () => {
     const value = Buffer.from([0x00, 0x01, 0x80, 0xc3, 0x28, 0xfe, 0xff, 0x0d, 0x0a, 0x0d, 0x0a]);
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('PUT', keyPath('reader', 'k1'), { body: value }));
     const put = await c.answer();
     expect(put.status).toBe(204);
@@ -229,7 +120,7 @@ describe('kv requests the reader answers itself', () => {
 
   it('refuses a missing or invalid token with 401 in the /v1 envelope, and the connection goes on', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     const url = keyPath('auth', 'k');
     for (const [token, code] of [
       [null, 'authentication_required'],
@@ -261,7 +152,7 @@ describe('kv requests the reader answers itself', () => {
 
   it('answers an unknown key 404 and a bad namespace 400 validation_failed (param ns)', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('GET', keyPath('errors', 'nothing-here')));
     const missing = await c.answer();
     expectEnvelope({ ...missing, body: missing.json() }, 404, 'not_found');
@@ -282,7 +173,7 @@ describe('kv requests the reader answers itself', () => {
     const limit = (await stack.http.get('/v1/serverless/kv', { token: free.key })).body.limits.max_value_bytes;
     expect(limit).toBe(1024 * 1024);
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     const value = Buffer.alloc(limit, 0xab);
     await c.write(request('PUT', keyPath('big', 'max'), { token: free.token, body: value }));
     expect((await c.answer()).status).toBe(204);
@@ -304,7 +195,7 @@ describe('kv requests the reader answers itself', () => {
 describe('kv requests the reader hands to the HTTP server, with the rest of their connection', () => {
   it('a chunked PUT after a plain request: stored whole, and a later plain request on the connection is answered', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('GET', keyPath('handoff', 'chunked')));
     expect((await c.answer()).status).toBe(404);
     await c.write(
@@ -325,7 +216,7 @@ describe('kv requests the reader hands to the HTTP server, with the rest of thei
 
   it('an Expect: 100-continue PUT: 100 Continue, stored, and a later plain request on the connection is answered', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('GET', keyPath('handoff', 'expect')));
     expect((await c.answer()).status).toBe(404);
     const head = request('PUT', keyPath('handoff', 'expect'), { extra: 'Expect: 100-continue\r\n' })
@@ -344,12 +235,12 @@ describe('kv requests the reader hands to the HTTP server, with the rest of thei
   });
 
   it('HTTP/1.0 requests (no Host): answered, and the connection closed after', async () => {
-    const put = await RawClient.connect();
+    const put = await RawClient.connect(port);
     const mark = answered();
     await put.write(Buffer.from(`PUT ${keyPath('old', 'k')} HTTP/1.0\r\nAuthorization: Bearer ${kv.token}\r\nContent-Length: 6\r\n\r\nold\x00\xff!`, 'latin1'));
     expect((await put.answer()).status).toBe(204);
     expect(await put.closedWithin(2_000)).toBe('closed');
-    const get = await RawClient.connect();
+    const get = await RawClient.connect(port);
     await get.write(`GET ${keyPath('old', 'k')} HTTP/1.0\r\nAuthorization: Bearer ${kv.token}\r\n\r\n`);
     const got = await get.answer();
     expect(got.status).toBe(200);
@@ -361,7 +252,7 @@ describe('kv requests the reader hands to the HTTP server, with the rest of thei
 
   it('a kv connection whose next requests are for db and /healthz gets their answers, and kv after them', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('PUT', keyPath('mixed', 'k'), { body: 'kv value' }));
     expect((await c.answer()).status).toBe(204);
     await c.write(request('PUT', '/db/v1/ns/mixed', { token: sql.token }));
@@ -386,7 +277,7 @@ describe('kv requests the reader hands to the HTTP server, with the rest of thei
 describe('targets', () => {
   it('a query string on a kv target: still the reader’s, and the key is the path’s', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('PUT', `${keyPath('query', 'k')}?x=1`, { body: 'with query' }));
     expect((await c.answer()).status).toBe(204);
     await c.write(request('GET', `${keyPath('query', 'k')}?x=1&y=%20`));
@@ -404,7 +295,7 @@ describe('targets', () => {
 
   it('percent-encoded keys of any bytes round-trip (%00%ff is %00%FF), between the reader and fetch', async () => {
     const mark = answered();
-    const c = await RawClient.connect();
+    const c = await RawClient.connect(port);
     await c.write(request('PUT', keyPath('pct', '%00%ff'), { body: 'zero-ff' }));
     expect((await c.answer()).status).toBe(204);
     await c.write(request('GET', keyPath('pct', '%00%FF')));
@@ -415,7 +306,7 @@ describe('targets', () => {
     c.destroy();
     expect((await call(`${kv.endpoint}/v1/ns/pct/keys/%00%ff`, { token: kv.token })).text).toBe('zero-ff');
     // A target `new URL` would change (a dot segment): not plain, so the HTTP server's, which resolves it to the same key.
-    const d = await RawClient.connect();
+    const d = await RawClient.connect(port);
     await d.write(request('GET', keyPath('pct', 'x/../%2Fslash%20key%E2%82%AC')));
     expect((await d.answer()).body.toString()).toBe('slash');
     expect(since(mark)).toEqual({ reader: 4, node: 1 });
