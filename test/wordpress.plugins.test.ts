@@ -5,11 +5,11 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { crc32 } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compareVersions, installPlugin, zipTopFolder } from '../domain/wordpress/plugins';
 import { DownloadError, downloadToFile } from '../infra/outbound-download';
 import { BackendRefusedError } from '../providers/errors';
+import { storedZip } from '../providers/simulator/stored-zip';
 import { createAccount } from './helpers/fixtures';
 import { startStack, type Stack } from './helpers/stack';
 import { createSite, siteApi, type TestSite } from './wordpress.support';
@@ -19,47 +19,6 @@ import { createSite, siteApi, type TestSite } from './wordpress.support';
  * 1.0.0 and 1.1.0), installs by slug and from zips served by a loopback HTTP server (the stack runs
  * with ALLOW_INSECURE_TARGETS), updates, removal, and the refusals with their `param`.
  */
-
-/** A zip of stored entries (names ending in `/` are folders). */
-function storedZip(files: Array<{ name: string; data?: string | Buffer }>): Buffer {
-  const locals: Buffer[] = [];
-  const centrals: Buffer[] = [];
-  let offset = 0;
-  for (const { name, data: raw } of files) {
-    const data = Buffer.from(raw ?? '');
-    const nameBytes = Buffer.from(name, 'utf8');
-    const crc = crc32(data);
-    const local = Buffer.alloc(30);
-    local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(10, 4);
-    local.writeUInt16LE(0x0800, 6);
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(data.length, 18);
-    local.writeUInt32LE(data.length, 22);
-    local.writeUInt16LE(nameBytes.length, 26);
-    const central = Buffer.alloc(46);
-    central.writeUInt32LE(0x02014b50, 0);
-    central.writeUInt16LE(0x031e, 4);
-    central.writeUInt16LE(10, 6);
-    central.writeUInt16LE(0x0800, 8);
-    central.writeUInt32LE(crc, 16);
-    central.writeUInt32LE(data.length, 20);
-    central.writeUInt32LE(data.length, 24);
-    central.writeUInt16LE(nameBytes.length, 28);
-    central.writeUInt32LE(offset, 42);
-    locals.push(local, nameBytes, data);
-    centrals.push(central, nameBytes);
-    offset += local.length + nameBytes.length + data.length;
-  }
-  const size = centrals.reduce((n, b) => n + b.length, 0);
-  const end = Buffer.alloc(22);
-  end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(files.length, 8);
-  end.writeUInt16LE(files.length, 10);
-  end.writeUInt32LE(size, 12);
-  end.writeUInt32LE(offset, 16);
-  return Buffer.concat([...locals, ...centrals, end]);
-}
 
 const pluginPhp = (name: string, version: string) => `<?php\n/**\n * Plugin Name: ${name}\n * Version: ${version}\n */\n`;
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

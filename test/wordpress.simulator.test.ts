@@ -1,12 +1,12 @@
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { crc32 } from 'node:zlib';
 import { list as listTar } from 'tar';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BackendGoneError, BackendRefusedError } from '../providers/errors';
 import { WordpressSimulator } from '../providers/simulator/wordpress.simulator';
 import type { WpSiteSpec } from '../providers/wordpress.provider';
+import { storedZip } from '../providers/simulator/stored-zip';
 import { createTestDatabase, type TestDatabase } from './helpers/db';
 
 /** The WordPress simulator (WORDPRESS_BACKEND=simulator) against a real PostgreSQL, method group by method group. */
@@ -298,39 +298,4 @@ describe('caches, CDN, mail, logs', () => {
 });
 
 /** A zip of stored entries, for installs of zips the simulator did not make. */
-function zipOf(files: Record<string, string>): Buffer {
-  const locals: Buffer[] = [];
-  const centrals: Buffer[] = [];
-  let offset = 0;
-  for (const [name, text] of Object.entries(files)) {
-    const data = Buffer.from(text);
-    const nameBytes = Buffer.from(name);
-    const crc = crc32(data);
-    const local = Buffer.alloc(30);
-    local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(10, 4);
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(data.length, 18);
-    local.writeUInt32LE(data.length, 22);
-    local.writeUInt16LE(nameBytes.length, 26);
-    const central = Buffer.alloc(46);
-    central.writeUInt32LE(0x02014b50, 0);
-    central.writeUInt16LE(10, 6);
-    central.writeUInt32LE(crc, 16);
-    central.writeUInt32LE(data.length, 20);
-    central.writeUInt32LE(data.length, 24);
-    central.writeUInt16LE(nameBytes.length, 28);
-    central.writeUInt32LE(offset, 42);
-    locals.push(local, nameBytes, data);
-    centrals.push(central, nameBytes);
-    offset += 30 + nameBytes.length + data.length;
-  }
-  const size = centrals.reduce((n, b) => n + b.length, 0);
-  const end = Buffer.alloc(22);
-  end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(Object.keys(files).length, 8);
-  end.writeUInt16LE(Object.keys(files).length, 10);
-  end.writeUInt32LE(size, 12);
-  end.writeUInt32LE(offset, 16);
-  return Buffer.concat([...locals, ...centrals, end]);
-}
+const zipOf = (files: Record<string, string>): Buffer => storedZip(Object.entries(files).map(([name, data]) => ({ name, data })));
