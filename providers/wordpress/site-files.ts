@@ -538,9 +538,33 @@ async function readJson<T>(file: string): Promise<T | null> {
 }
 
 const CONSTANT_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,99}$/;
-/** The same names php/wp-config.php never takes from constants.json or secrets.json. */
-const RESERVED_CONSTANT =
-  /^(DB_|CLOUD_|WPMU_|WP_CONTENT_|WP_PLUGIN_|WP_HOME$|WP_SITEURL$|ABSPATH$|WPINC$|PLUGINDIR$|MUPLUGINDIR$|UPLOADS$|MULTISITE$|WP_ALLOW_MULTISITE$|SUBDOMAIN_INSTALL$|DOMAIN_CURRENT_SITE$|PATH_CURRENT_SITE$|SITE_ID_CURRENT_SITE$|BLOG_ID_CURRENT_SITE$|CUSTOM_USER_TABLE$|CUSTOM_USER_META_TABLE$|MYSQL_|DISALLOW_FILE_EDIT$|AUTOMATIC_UPDATER_DISABLED$|WP_AUTO_UPDATE_CORE$|AUTH_KEY$|SECURE_AUTH_KEY$|LOGGED_IN_KEY$|NONCE_KEY$|AUTH_SALT$|SECURE_AUTH_SALT$|LOGGED_IN_SALT$|NONCE_SALT$)/;
+/** The same names php/wp-config.php never takes from constants.json or secrets.json: these prefixes and names, and the salts. */
+const RESERVED_CONSTANT = new RegExp(
+  `^(DB_|CLOUD_|WPMU_|WP_CONTENT_|WP_PLUGIN_|MYSQL_|${[
+    'WP_HOME',
+    'WP_SITEURL',
+    'ABSPATH',
+    'WPINC',
+    'PLUGINDIR',
+    'MUPLUGINDIR',
+    'UPLOADS',
+    'MULTISITE',
+    'WP_ALLOW_MULTISITE',
+    'SUBDOMAIN_INSTALL',
+    'DOMAIN_CURRENT_SITE',
+    'PATH_CURRENT_SITE',
+    'SITE_ID_CURRENT_SITE',
+    'BLOG_ID_CURRENT_SITE',
+    'CUSTOM_USER_TABLE',
+    'CUSTOM_USER_META_TABLE',
+    'DISALLOW_FILE_EDIT',
+    'AUTOMATIC_UPDATER_DISABLED',
+    'WP_AUTO_UPDATE_CORE',
+    ...SALT_NAMES,
+  ]
+    .map((name) => `${name}$`)
+    .join('|')})`,
+);
 
 /** Whether the site's configuration may take a constant of this name (the platform's are refused). */
 export function constantNameAllowed(name: string): boolean {
