@@ -48,6 +48,7 @@ import type { LbListener } from '../providers/lb.provider';
 import { createTestDatabase } from '../test/helpers/db';
 import { createAccount, createService } from '../test/helpers/fixtures';
 import { createWorker } from '../workers/worker';
+import { runMain } from './children';
 import { vitestRunning, watchForSuites } from './suite-watch';
 import { summarize, type Summary } from './stats';
 
@@ -114,6 +115,12 @@ async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }
       ...(kind === 'sqlite' ? { dbFilename: path.join(scratch, 'temporal.db') } : {}),
     },
   });
+  // Until the rest is up, a SIGINT undoes what is (replaced by `undo` below).
+  cleanUp = async () => {
+    await env.teardown();
+    await database.drop();
+    rmSync(scratch, { recursive: true, force: true });
+  };
   const backend = http.createServer((_req, res) => res.end('ok'));
   await new Promise<void>((r) => backend.listen(0, '127.0.0.1', r));
   const backendPort = (backend.address() as AddressInfo).port;
@@ -157,6 +164,22 @@ async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }
   // The host's own provider set, as createWorker builds it (placement = self: calls run here).
   const local = createProviders({ db: database.db, config: hostConfig, host: HOST, caller: hostCallerOf(hostTemporal, hostConfig.HOST_CALL_TIMEOUT, keyring) });
   const adapter = new HaproxyLbProvider({ dataDir: hostConfig.LB_DATA_DIR, bindAddress: lbBindAddress });
+  // Undone once: at the end of this run, or on SIGINT/SIGTERM (runMain).
+  let undone: Promise<void> | null = null;
+  const undo = () =>
+    (undone ??= (async () => {
+      worker.shutdown();
+      await running.catch((err: unknown) => console.error(err));
+      for (const service of background) await service.stop();
+      await adapter.destroyAll();
+      await apiTemporal.close();
+      await connection.close();
+      await env.teardown();
+      backend.close();
+      await database.drop();
+      rmSync(scratch, { recursive: true, force: true });
+    })());
+  cleanUp = undo;
   try {
     if ((await hostStatus(database.db, HOST))?.status !== 'up') throw new Error(`host ${HOST} is not registered up`);
     // One balancer, placed on h1 and built there from the API's process (what an order's provisioning does).
@@ -258,18 +281,12 @@ async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }
     allSamples[kind].serverTask = task;
     console.log(`  load ${load()}; ${watch.stop()}`);
   } finally {
-    worker.shutdown();
-    await running.catch((err: unknown) => console.error(err));
-    for (const service of background) await service.stop();
-    await adapter.destroyAll();
-    await apiTemporal.close();
-    await connection.close();
-    await env.teardown();
-    backend.close();
-    await database.drop();
-    rmSync(scratch, { recursive: true, force: true });
+    await undo();
   }
 }
+
+/** What the run in progress started, undone once (runOn sets it). */
+let cleanUp: () => Promise<void> = async () => undefined;
 
 async function main() {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
@@ -281,7 +298,4 @@ async function main() {
   if (SAMPLES_FILE) writeFileSync(SAMPLES_FILE, JSON.stringify(allSamples));
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runMain(main, () => cleanUp());
