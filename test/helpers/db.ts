@@ -29,10 +29,11 @@ async function asAdmin<T>(fn: (admin: Knex) => Promise<T>): Promise<T> {
 }
 
 /**
- * Templates are named with their creation time, so that a run killed before its teardown leaves one
- * that a later run can recognise as stale (other runs on the same server keep theirs).
+ * Templates and file databases are named with their creation time, so that a run killed before its
+ * teardown leaves ones that a later run can recognise as stale (other runs on the same server keep theirs).
  */
 const TEMPLATE_PREFIX = 'cloud_test_template_';
+const FILE_PREFIX = 'cloud_test_';
 const STALE_TEMPLATE_MS = 6 * 3_600_000;
 
 /**
@@ -52,13 +53,13 @@ export async function createTemplateDatabase(): Promise<{ name: string }> {
   return { name };
 }
 
-/** Drops the templates of runs that were killed hours ago. */
+/** Drops the templates and file databases of runs that were killed hours ago (`cloud_test_[template_]<ms>_<hex>`). */
 export async function dropStaleTemplates(): Promise<void> {
   await asAdmin(async (admin) => {
-    const rows: Array<{ datname: string }> = (await admin.raw(`select datname from pg_database where datname like '${TEMPLATE_PREFIX}%'`)).rows;
+    const rows: Array<{ datname: string }> = (await admin.raw(`select datname from pg_database where datname like '${FILE_PREFIX}%'`)).rows;
     for (const { datname } of rows) {
-      const createdAt = Number(datname.slice(TEMPLATE_PREFIX.length).split('_')[0]);
-      if (Date.now() - createdAt > STALE_TEMPLATE_MS) await admin.raw(`drop database if exists ${datname} with (force)`);
+      const m = /^cloud_test_(?:template_)?(\d{13})_[0-9a-f]+$/.exec(datname);
+      if (m && Date.now() - Number(m[1]) > STALE_TEMPLATE_MS) await admin.raw(`drop database if exists ${datname} with (force)`);
     }
   });
 }
@@ -72,7 +73,7 @@ export function useTemplateDatabase(name: string | undefined): void {
 
 /** A fresh, migrated database for one test file (or benchmark); dropped afterwards. */
 export async function createTestDatabase(): Promise<TestDatabase> {
-  const name = `cloud_test_${randomBytes(6).toString('hex')}`;
+  const name = `${FILE_PREFIX}${Date.now()}_${randomBytes(6).toString('hex')}`;
   await asAdmin((admin) => admin.raw(template ? `create database ${name} template ${template}` : `create database ${name}`));
   const url = databaseUrl(name);
   const db = createDb(url, 10);
