@@ -8,7 +8,7 @@ import { loadKeyring } from '../infra/master-key';
 import { LoginThrottle } from '../domain/login-throttle';
 import { OperationService } from '../domain/operations';
 import { postgresCounters, RateLimiter } from '../infra/rate-limit';
-import { TemporalGateway } from '../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 import { hostCallerOf } from '../infra/host-calls';
 import { createProviders, families as allFamilies, type FamilyManifest } from '../families';
 import { createProvisioners } from '../domain/provisioning';
@@ -39,15 +39,7 @@ export async function createApi(
   const logger = options.logger ?? createLogger(config.LOG_LEVEL, 'api');
   const db = options.db ?? createDb(config.DATABASE_URL, config.DATABASE_POOL_MAX);
   const keyring = await loadKeyring(db, config.CLOUD_MASTER_KEY);
-  const temporal = new TemporalGateway(
-    {
-      address: config.TEMPORAL_ADDRESS,
-      namespace: config.TEMPORAL_NAMESPACE,
-      taskQueue: config.TEMPORAL_TASK_QUEUE,
-      useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-    },
-    options.temporalClient,
-  );
+  const temporal = new TemporalGateway(temporalOptionsOf(config), options.temporalClient);
   // The API is no host: calls about a server go to its host (docs/hosts.md).
   const providers = createProviders({ db, config, host: options.host, caller: hostCallerOf(temporal, config.HOST_CALL_TIMEOUT, keyring) }, families);
   const deps: AppDeps = {

@@ -42,7 +42,7 @@ import { provisionTargetOf } from '../domain/provisioning';
 import { createProviders } from '../families';
 import { hostCallerOf } from '../infra/host-calls';
 import { loadKeyring } from '../infra/master-key';
-import { SEARCH_ATTRIBUTES, TemporalGateway } from '../infra/temporal';
+import { SEARCH_ATTRIBUTES, TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import type { LbListener } from '../providers/lb.provider';
 import { createTestDatabase } from '../test/helpers/db';
@@ -151,12 +151,7 @@ async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }
   const { worker, background } = await createWorker({ config: hostConfig, db: database.db, logger, connection, taskQueue, workflowBundle });
   for (const service of background) await service.start();
   const running = worker.run();
-  const apiTemporal = new TemporalGateway({
-    address: apiConfig.TEMPORAL_ADDRESS,
-    namespace: apiConfig.TEMPORAL_NAMESPACE,
-    taskQueue,
-    useSearchAttributes: apiConfig.TEMPORAL_SEARCH_ATTRIBUTES,
-  });
+  const apiTemporal = new TemporalGateway(temporalOptionsOf(apiConfig, taskQueue));
   const hostTemporal = new TemporalGateway({ address: env.address, namespace: 'default', taskQueue, useSearchAttributes: true }, env.client);
   const keyring = await loadKeyring(database.db, apiConfig.CLOUD_MASTER_KEY);
   const caller = hostCallerOf(apiTemporal, apiConfig.HOST_CALL_TIMEOUT, keyring);

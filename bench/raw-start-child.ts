@@ -9,7 +9,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../common/config';
 import { newUlidId } from '../common/ids';
-import { TemporalGateway } from '../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 
 type Message =
   | { type: 'run'; seconds: number; concurrency: number; input: Record<string, unknown>; accountId: string; resourceId: string; resourceIds?: string[] }
@@ -19,15 +19,7 @@ async function main() {
   if (!process.send) throw new Error('bench/raw-start-child.ts is started by bench/api.bench.ts (it needs an IPC channel)');
   const config = loadConfig();
   const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
-  const temporal = new TemporalGateway(
-    {
-      address: config.TEMPORAL_ADDRESS,
-      namespace: config.TEMPORAL_NAMESPACE,
-      taskQueue: config.TEMPORAL_TASK_QUEUE,
-      useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-    },
-    new Client({ connection, namespace: config.TEMPORAL_NAMESPACE }),
-  );
+  const temporal = new TemporalGateway(temporalOptionsOf(config), new Client({ connection, namespace: config.TEMPORAL_NAMESPACE }));
   // Experiment `raw-like-api`: the starts as the API sends them (a gRPC deadline on each, the
   // resource id of each of the VPSes in turn), to tell a difference in the requests from one in load.
   const likeApi = (process.env.BENCH_EXPERIMENTS ?? '').split(',').includes('raw-like-api');

@@ -85,7 +85,7 @@ import { rotateTokens } from '../domain/serverless/manage';
 import { temporalScheduleId } from '../domain/serverless/cron';
 import { findTenant } from '../domain/serverless/store';
 import { provisionTargetOf } from '../domain/provisioning';
-import { SEARCH_ATTRIBUTES, TemporalGateway } from '../infra/temporal';
+import { SEARCH_ATTRIBUTES, TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 import { freeLoopbackPort } from '../providers/local-server';
 import { RedisServer, redisAdminConnection, stopRedisServer } from '../providers/redis/redis.server';
 import { WorkerdRuntime } from '../providers/workerd/runtime';
@@ -273,12 +273,7 @@ async function redisBenchmark(
 async function planeChild(): Promise<void> {
   const config = loadConfig();
   const db = createDb(config.DATABASE_URL);
-  const temporal = new TemporalGateway({
-    address: config.TEMPORAL_ADDRESS,
-    namespace: config.TEMPORAL_NAMESPACE,
-    taskQueue: config.TEMPORAL_TASK_QUEUE,
-    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  });
+  const temporal = new TemporalGateway(temporalOptionsOf(config));
   let errors = 0;
   const plane = await serverlessPlaneOf(config, {
     db,

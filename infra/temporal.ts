@@ -1,5 +1,6 @@
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { defineSearchAttributeKey, SearchAttributeType, TypedSearchAttributes } from '@temporalio/common';
+import type { Config } from '../common/config';
 
 /**
  * Custom search attributes that make each run legible (and filterable) in the Temporal UI:
@@ -19,6 +20,14 @@ export interface TemporalOptions {
   namespace: string;
   taskQueue: string;
   useSearchAttributes: boolean;
+}
+
+/** A process's Temporal options from its configuration (`taskQueue`: another queue than TEMPORAL_TASK_QUEUE, for a test or bench worker). */
+export function temporalOptionsOf(
+  config: Pick<Config, 'TEMPORAL_ADDRESS' | 'TEMPORAL_NAMESPACE' | 'TEMPORAL_TASK_QUEUE' | 'TEMPORAL_SEARCH_ATTRIBUTES'>,
+  taskQueue: string = config.TEMPORAL_TASK_QUEUE,
+): TemporalOptions {
+  return { address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, taskQueue, useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES };
 }
 
 /**

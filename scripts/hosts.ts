@@ -6,7 +6,7 @@ import { HostPlacements } from '../domain/hosts/directory';
 import { MoveRefused, startMove } from '../domain/hosts/move';
 import { listHosts, setDraining } from '../domain/hosts/registry';
 import { placedFamilies } from '../families';
-import { TemporalGateway } from '../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 
 /**
  * The operator's command for hosts (docs/hosts.md), against the database (and Temporal for a move)
@@ -78,12 +78,7 @@ async function main(): Promise<number> {
 }
 
 async function withTemporal(config: Config, fn: (temporal: TemporalGateway) => Promise<number>): Promise<number> {
-  const temporal = new TemporalGateway({
-    address: config.TEMPORAL_ADDRESS,
-    namespace: config.TEMPORAL_NAMESPACE,
-    taskQueue: config.TEMPORAL_TASK_QUEUE,
-    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  });
+  const temporal = new TemporalGateway(temporalOptionsOf(config));
   try {
     return await fn(temporal);
   } finally {

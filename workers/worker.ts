@@ -5,7 +5,7 @@ import type { Logger } from '../common/logger';
 import type { Db } from '../db/knex';
 import { createActivities } from '../activities';
 import { OperationService } from '../domain/operations';
-import { TemporalGateway } from '../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 import { createProviders, type FamilyManifest } from '../families';
 import { loadKeyring } from '../infra/master-key';
 import { createBackgroundServices, type BackgroundService } from './background';
@@ -73,12 +73,7 @@ export interface WorkerBundle {
 export async function createWorker(input: WorkerInput): Promise<WorkerBundle> {
   const { config, db, logger } = input;
   const temporal = new TemporalGateway(
-    {
-      address: config.TEMPORAL_ADDRESS,
-      namespace: config.TEMPORAL_NAMESPACE,
-      taskQueue: input.taskQueue ?? config.TEMPORAL_TASK_QUEUE,
-      useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-    },
+    temporalOptionsOf(config, input.taskQueue),
     input.temporalClient ?? new Client({ connection: input.connection, namespace: config.TEMPORAL_NAMESPACE }),
   );
   const operations = new OperationService(db, temporal, {

@@ -4,7 +4,7 @@ import { loadConfig, type Config } from '../../common/config';
 import { createLogger } from '../../common/logger';
 import { createDb, type Db } from '../../db/knex';
 import { loadKeyring } from '../../infra/master-key';
-import { TemporalGateway } from '../../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../../infra/temporal';
 import type { KvStore } from '../../providers/kv.provider';
 import { createKvStore, keepKvServer } from '../../providers/kv.store';
 import { planSettingsOf } from '../../domain/serverless/plans';
@@ -80,12 +80,7 @@ async function kvHelper() {
   const config = loadConfig();
   const logger = createLogger(config.LOG_LEVEL, 'serverless-kv');
   const db = createDb(config.DATABASE_URL);
-  const temporal = new TemporalGateway({
-    address: config.TEMPORAL_ADDRESS,
-    namespace: config.TEMPORAL_NAMESPACE,
-    taskQueue: config.TEMPORAL_TASK_QUEUE,
-    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  });
+  const temporal = new TemporalGateway(temporalOptionsOf(config));
   const forwardTo = process.env.SERVERLESS_FORWARD_TO;
   if (!forwardTo) throw new Error('--kv-helper needs SERVERLESS_FORWARD_TO (listenServerless starts it)');
   const plane = new ServerlessDataPlane({
@@ -128,12 +123,7 @@ async function main() {
   const config = loadConfig();
   const logger = createLogger(config.LOG_LEVEL, 'serverless');
   const db = createDb(config.DATABASE_URL);
-  const temporal = new TemporalGateway({
-    address: config.TEMPORAL_ADDRESS,
-    namespace: config.TEMPORAL_NAMESPACE,
-    taskQueue: config.TEMPORAL_TASK_QUEUE,
-    useSearchAttributes: config.TEMPORAL_SEARCH_ATTRIBUTES,
-  });
+  const temporal = new TemporalGateway(temporalOptionsOf(config));
   const onError = (err: Error) => logger.warn({ err: err.message }, 'serverless data plane error');
   const plane = await serverlessPlaneOf(config, { db, temporal, onError });
   const url = await listenServerless(config, plane, onError);
