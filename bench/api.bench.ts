@@ -57,6 +57,7 @@ import { createAccount, createApiKey, createService, createUser } from '../test/
 import { attachVpsMachine } from '../domain/vps/store';
 import { childPidsByName, cpuDelta, cpuSnapshot, type CpuGroups } from './cpu';
 import { stageTable, type Profile } from './cpu-profile';
+import { load } from './kit';
 
 const root = path.resolve(__dirname, '..');
 const arg = (name: string, fallback: string) =>
@@ -133,12 +134,6 @@ interface Run {
   serverCpuMs: number;
   audited?: number;
 }
-
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
 
 /** A function that `parties` callers await: it runs `then` once the last of them has called it, and resolves them all together. */
 function barrier(parties: number, then: () => Promise<void>): () => Promise<void> {

@@ -68,6 +68,7 @@ import { sampleApp, startArchiveServer, type ArchiveServer } from '../test/caas.
 import { runMain } from './children';
 import { median, summarize, type Summary } from './stats';
 import { watchForSuites } from './suite-watch';
+import { load, now, sleep, verdict } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean).map(Number);
@@ -91,14 +92,6 @@ const HOST = `web-${SERVICE}.apps.localhost`;
 const TAR_NAME = 'debian-minbase-bookworm.tar';
 const TAR_CACHE = path.resolve(__dirname, '..', '.data', 'caas-test', TAR_NAME);
 
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const now = () => performance.now();
-const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 const s = (ms: number) => (Number.isFinite(ms) ? (ms / 1000).toFixed(2) : '-');
 const ms2 = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '-');
 const pad = (v: string, w: number) => v.padStart(w);

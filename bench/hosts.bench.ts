@@ -51,6 +51,7 @@ import { createWorker } from '../workers/worker';
 import { runMain } from './children';
 import { vitestRunning, watchForSuites } from './suite-watch';
 import { summarize, type Summary } from './stats';
+import { load } from './kit';
 
 const positional = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const CALLS = Number(positional[0] ?? 300);
@@ -67,12 +68,6 @@ if (!['memory', 'sqlite', 'both'].includes(TEMPORAL)) throw new Error(`--tempora
 
 const root = path.resolve(__dirname, '..');
 const cli = path.join(root, '.tools/venv/bin/temporal');
-
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
 const ms = (n: number) => `${n.toFixed(n < 100 ? 2 : 0)}`.padStart(8);

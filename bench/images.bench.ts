@@ -66,6 +66,7 @@ import { cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds } from './cpu';
 import { median, summarize, type Summary } from './stats';
 import { IMAGES_NODE_FLAGS } from '../dataplane/images/node-flags';
 import { vitestRunning, watchForSuites } from './suite-watch';
+import { load, now, sleep, verdict } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean).map(Number);
@@ -89,14 +90,6 @@ const QUALITY = 80;
 const CORES = os.availableParallelism();
 const root = path.resolve(__dirname, '..');
 
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const now = () => performance.now();
-const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);
 const pct = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
 

@@ -72,6 +72,7 @@ import { ask, exitWithParent, runMain, startChild, type Child, type ChildMessage
 import { machineBusySeconds, procCpuSeconds } from './cpu';
 import { median, summarize, type Summary } from './stats';
 import { vitestRunning, watchForSuites } from './suite-watch';
+import { load, now, sleep, verdict } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const flag = (name: string) => process.argv.includes(`--${name}`);
@@ -95,16 +96,8 @@ const root = path.resolve(__dirname, '..');
 
 type VariantName = 'plane' | 'smtp' | 'platform';
 
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const now = () => performance.now();
 /** Wall clock with sub-millisecond resolution, comparable between processes of this machine. */
 const wall = () => performance.timeOrigin + performance.now();
-const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);
 const pct = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
 

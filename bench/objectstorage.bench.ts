@@ -63,6 +63,7 @@ import { httpClient } from '../test/helpers/http';
 import { vitestRunning, watchForSuites } from './suite-watch';
 import { runMain } from './children';
 import { median, summarize, type Summary } from './stats';
+import { load, now, sleep, verdict } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').map(Number);
@@ -78,15 +79,6 @@ const ISSUED_TARGET = 0.9;
 const REVOCATION_TARGET_MS = 2_000;
 const POLL_MS = 5;
 const HUGE = '100000000';
-
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const now = () => performance.now();
-const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);

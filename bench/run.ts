@@ -6,8 +6,8 @@
  */
 import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
+import { load } from './kit';
 
 const [name, ...args] = process.argv.slice(2);
 const benches = name
@@ -15,12 +15,6 @@ const benches = name
   : readdirSync(__dirname)
       .filter((f) => f.endsWith('.bench.ts'))
       .sort();
-
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
 
 function run(file: string): Promise<{ status: number | null; targets: string[] }> {
   return new Promise((resolve) => {

@@ -95,6 +95,7 @@ import { ask, exitWithParent, runMain, startChild, type Child, type ChildMessage
 import { childPidsByName, cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds, processTree } from './cpu';
 import { median, summarize, type Summary } from './stats';
 import { vitestRunning, watchForSuites } from './suite-watch';
+import { load, now, sleep, verdict } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean);
@@ -131,16 +132,8 @@ const CRON_TARGET_MS = 1_000;
 const root = path.resolve(__dirname, '..');
 const cli = path.join(root, '.tools/venv/bin/temporal');
 
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const now = () => performance.now();
 /** Wall clock with sub-millisecond resolution, comparable with PostgreSQL's and Temporal's clocks on this machine. */
 const wall = () => performance.timeOrigin + performance.now();
-const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 const f = (n: number, width = 8) => (Number.isFinite(n) ? n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0) : '-').padStart(width);
 const int = (n: number) => Math.round(n).toLocaleString('en-US');
 const pct = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;

@@ -15,17 +15,13 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { load, verdict } from './kit';
 
 const root = path.resolve(__dirname, '..');
 const FULL_TARGET_S = 240;
 const UNIT_TARGET_S = 20;
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
 
 interface Timed {
   status: number | null;
@@ -87,7 +83,6 @@ async function main() {
   const unitOnly = process.argv.includes('--unit-only');
   const testsOnly = process.argv.includes('--tests-only');
   const lines: string[] = [];
-  const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
   let failed = false;
   if (!unitOnly) {
     const before = load();

@@ -46,6 +46,7 @@ import { createAccount, createApiKey, createUser } from '../test/helpers/fixture
 import { verifyWebhook } from '../docs/examples/verify-webhook';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { childPidsByName, cpuDelta, cpuSnapshot, pgBackendPids, processTree } from './cpu';
+import { load } from './kit';
 
 const positional = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -60,12 +61,6 @@ const TARGET_PER_SECOND = 500;
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
-
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
 
 async function main() {
   Runtime.install({ logger: new DefaultLogger('ERROR') });

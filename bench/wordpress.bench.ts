@@ -81,6 +81,7 @@ import { createAccount, createApiKey, createUser } from '../test/helpers/fixture
 import { restartableWorker } from '../test/helpers/worker';
 import { runMain } from './children';
 import { median } from './stats';
+import { load, now, sleep, verdict } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean);
@@ -98,14 +99,6 @@ const root = path.resolve(__dirname, '..');
 const cli = path.join(root, '.tools/venv/bin/temporal');
 const CLK_TCK = 100;
 
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(2))
-    .join(' ');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const now = () => performance.now();
-const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 const s = (ms: number) => (Number.isFinite(ms) ? (ms / 1000).toFixed(2) : '-');
 const ms2 = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '-');
 const pad = (v: string, w: number) => v.padStart(w);
