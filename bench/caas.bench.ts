@@ -49,7 +49,6 @@
  */
 import { parseWrk, type WrkResult } from './wrk';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import childProcess from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import http from 'node:http';
@@ -68,7 +67,7 @@ import { sampleApp, startArchiveServer, type ArchiveServer } from '../test/caas.
 import { runMain } from './children';
 import { median, summarize, type Summary } from './stats';
 import { watchForSuites } from './suite-watch';
-import { load, now, sleep, verdict } from './kit';
+import { load, now, sleep, verdict, recordChildProcesses } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean).map(Number);
@@ -136,32 +135,6 @@ function processLabel(file: string, args: readonly string[]): string {
   const bin = path.basename(file);
   const words = args.filter((a) => !a.startsWith('-')).slice(0, ['network', 'image', 'container'].includes(args[0]) ? 2 : 1);
   return bin === 'podman' ? `podman ${words.join(' ')}` : `${bin} ${args.slice(0, 1).join(' ')}`.trim();
-}
-
-/**
- * Records every child process started through child_process.execFile and spawn while a step runs
- * (podman.ts and the HAProxy helpers call them through the module object at call time; execFile's
- * own spawn inside Node is not the exported one, so nothing is counted twice).
- */
-function recordChildProcesses() {
-  const cp = childProcess as unknown as Record<string, (...a: unknown[]) => ChildProcess>;
-  const origSpawn = cp.spawn;
-  const origExecFile = cp.execFile;
-  const track = (child: ChildProcess, file: unknown, args: unknown) => {
-    if (!phase || typeof file !== 'string') return;
-    const entry = { phase, label: processLabel(file, Array.isArray(args) ? (args as string[]) : []), started: now() };
-    child.once('close', () => processCalls.push({ phase: entry.phase, label: entry.label, ms: now() - entry.started }));
-  };
-  cp.spawn = function (this: unknown, ...a: unknown[]) {
-    const child = origSpawn.apply(this, a);
-    track(child, a[0], a[1]);
-    return child;
-  };
-  cp.execFile = function (this: unknown, ...a: unknown[]) {
-    const child = origExecFile.apply(this, a);
-    track(child, a[0], a[1]);
-    return child;
-  };
 }
 
 // --- HTTP --------------------------------------------------------------------------------------------
@@ -545,7 +518,12 @@ async function main() {
   routerPort = Number(new URL(space.ingressUrl).port);
   console.log(`set-up: router ${space.ingressUrl} in ${s(now() - t)} s; load ${load()}`);
 
-  recordChildProcesses();
+  // Every child process started while a step runs (podman.ts and the HAProxy helpers), by phase.
+  recordChildProcesses((file, args) => {
+    if (!phase) return undefined;
+    const entry = { phase, label: processLabel(file, args) };
+    return (ms) => processCalls.push({ ...entry, ms });
+  });
   for (const m of ['ensureBaseImage', 'run', 'waitListening', 'remove', 'containers', 'runBuild']) timeMethod(engine, m, `engine.${m}`);
   timeMethod(HostRouter, 'start', 'router.start');
   timeMethod(HostRouter.prototype, 'setApp', 'router.setApp');

@@ -1,3 +1,4 @@
+import childProcess, { type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 
 /** What the benchmarks share to print a run: the load average, the time, a target's verdict. */
@@ -12,3 +13,31 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Milliseconds, monotonic. */
 export const now = () => performance.now();
 export const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
+
+/**
+ * Watches every child process started through child_process.spawn and execFile from now on (the
+ * providers call them through the module object at call time; execFile's own spawn inside Node is
+ * not the exported one, so nothing is counted twice): `onStart` is told of each one's file and
+ * arguments, and the function it returns, if any, is called with the milliseconds it ran once it closes.
+ */
+export function recordChildProcesses(onStart: (file: string, args: readonly string[]) => ((ms: number) => void) | undefined): void {
+  const cp = childProcess as unknown as Record<string, (...a: unknown[]) => ChildProcess>;
+  const origSpawn = cp.spawn;
+  const origExecFile = cp.execFile;
+  const track = (child: ChildProcess, file: unknown, args: unknown) => {
+    if (typeof file !== 'string') return;
+    const started = now();
+    const done = onStart(file, Array.isArray(args) ? (args as string[]) : []);
+    if (done) child.once('close', () => done(now() - started));
+  };
+  cp.spawn = function (this: unknown, ...a: unknown[]) {
+    const child = origSpawn.apply(this, a);
+    track(child, a[0], a[1]);
+    return child;
+  };
+  cp.execFile = function (this: unknown, ...a: unknown[]) {
+    const child = origExecFile.apply(this, a);
+    track(child, a[0], a[1]);
+    return child;
+  };
+}

@@ -52,7 +52,7 @@
  * Results: docs/benchmarks.md ("Hosted WordPress sites").
  */
 import { parseWrk, type WrkResult } from './wrk';
-import childProcess, { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
@@ -81,7 +81,7 @@ import { createAccount, createApiKey, createUser } from '../test/helpers/fixture
 import { restartableWorker } from '../test/helpers/worker';
 import { runMain } from './children';
 import { median } from './stats';
-import { load, now, sleep, verdict } from './kit';
+import { load, now, sleep, verdict, recordChildProcesses } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean);
@@ -216,29 +216,6 @@ function processLabel(file: string, args: readonly string[]): string {
   return bin;
 }
 
-/** Records the child processes started through child_process.spawn and execFile while `recording` (as bench/caas.bench.ts does). */
-function recordChildProcesses() {
-  const cp = childProcess as unknown as Record<string, (...a: unknown[]) => ChildProcess>;
-  const origSpawn = cp.spawn;
-  const origExecFile = cp.execFile;
-  const track = (child: ChildProcess, file: unknown, args: unknown) => {
-    if (!recording || typeof file !== 'string') return;
-    const label = processLabel(file, Array.isArray(args) ? (args as string[]) : []);
-    const started = now();
-    child.once('close', () => processCalls.push({ label, ms: now() - started }));
-  };
-  cp.spawn = function (this: unknown, ...a: unknown[]) {
-    const child = origSpawn.apply(this, a);
-    track(child, a[0], a[1]);
-    return child;
-  };
-  cp.execFile = function (this: unknown, ...a: unknown[]) {
-    const child = origExecFile.apply(this, a);
-    track(child, a[0], a[1]);
-    return child;
-  };
-}
-
 // --- the split of a site's creation -------------------------------------------------------------------
 
 /** Milliseconds per label of the creation being measured (only while `recording`). */
@@ -266,7 +243,12 @@ function timeMethod(proto: object, name: string, label: string, when: (args: unk
 }
 
 function instrumentBackend() {
-  recordChildProcesses();
+  // The child processes started while `recording` (a site being built).
+  recordChildProcesses((file, args) => {
+    if (!recording) return undefined;
+    const label = processLabel(file, args);
+    return (ms) => processCalls.push({ label, ms });
+  });
   const proto = WordpressLocalProvider.prototype as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
   const createSite = proto.createSite;
   proto.createSite = async function (this: unknown, ...args: unknown[]) {
