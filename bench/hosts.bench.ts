@@ -32,7 +32,6 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { tsToMs } from '@temporalio/common/lib/time';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import { loadConfig, type Config } from '../common/config';
 import { createLogger } from '../common/logger';
@@ -42,7 +41,7 @@ import { provisionTargetOf } from '../domain/provisioning';
 import { createProviders } from '../families';
 import { hostCallerOf } from '../infra/host-calls';
 import { loadKeyring } from '../infra/master-key';
-import { SEARCH_ATTRIBUTES, TemporalGateway, temporalOptionsOf } from '../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 import { HaproxyLbProvider } from '../providers/haproxy/haproxy.adapter';
 import type { LbListener } from '../providers/lb.provider';
 import { createTestDatabase } from '../test/helpers/db';
@@ -51,7 +50,7 @@ import { createWorker } from '../workers/worker';
 import { runMain } from './children';
 import { vitestRunning, watchForSuites } from './suite-watch';
 import { summarize, type Summary } from './stats';
-import { load } from './kit';
+import { load, localTemporal } from './kit';
 
 const positional = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const CALLS = Number(positional[0] ?? 300);
@@ -65,9 +64,6 @@ const TEMPORAL = process.argv.find((a) => a.startsWith('--temporal='))?.slice('-
 const SAMPLES_FILE = process.argv.find((a) => a.startsWith('--samples='))?.slice('--samples='.length);
 const allSamples: Record<string, Record<string, number[]>> = {};
 if (!['memory', 'sqlite', 'both'].includes(TEMPORAL)) throw new Error(`--temporal=${TEMPORAL}: memory, sqlite or both`);
-
-const root = path.resolve(__dirname, '..');
-const cli = path.join(root, '.tools/venv/bin/temporal');
 
 /** Whether a test suite (vitest) runs on this machine now: from /proc, without a process of our own. */
 const ms = (n: number) => `${n.toFixed(n < 100 ? 2 : 0)}`.padStart(8);
@@ -101,15 +97,7 @@ async function interleaved(variants: Record<string, () => Promise<unknown>>, n: 
 async function runOn(kind: 'memory' | 'sqlite', workflowBundle: { code: string }): Promise<void> {
   const scratch = mkdtempSync(path.join(os.tmpdir(), 'hosts-bench-'));
   const database = await createTestDatabase();
-  const env = await TestWorkflowEnvironment.createLocal({
-    server: {
-      executable: { type: 'existing-path', path: cli },
-      ip: '127.0.0.1',
-      searchAttributes: Object.values(SEARCH_ATTRIBUTES),
-      log: { format: 'pretty', level: 'error' },
-      ...(kind === 'sqlite' ? { dbFilename: path.join(scratch, 'temporal.db') } : {}),
-    },
-  });
+  const env = await localTemporal(kind === 'sqlite' ? { dbFilename: path.join(scratch, 'temporal.db') } : {});
   // Until the rest is up, a SIGINT undoes what is (replaced by `undo` below).
   cleanUp = async () => {
     await env.teardown();

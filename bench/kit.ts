@@ -1,5 +1,9 @@
 import childProcess, { type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { SEARCH_ATTRIBUTES } from '../infra/temporal';
 
 /** What the benchmarks share to print a run: the load average, the time, a target's verdict. */
 
@@ -40,4 +44,23 @@ export function recordChildProcesses(onStart: (file: string, args: readonly stri
     track(child, a[0], a[1]);
     return child;
   };
+}
+
+const TEMPORAL_CLI = path.resolve(__dirname, '..', '.tools/venv/bin/temporal');
+
+/**
+ * A Temporal dev server of the bench's own, from the CLI in .tools/ (scripts/ensure-tools.sh), on
+ * loopback with the control plane's search attributes; in memory, or on `dbFilename`.
+ */
+export function localTemporal(options: { dbFilename?: string } = {}): Promise<TestWorkflowEnvironment> {
+  if (!existsSync(TEMPORAL_CLI)) throw new Error(`${TEMPORAL_CLI} is missing: run bash scripts/ensure-tools.sh`);
+  return TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: { type: 'existing-path', path: TEMPORAL_CLI },
+      ip: '127.0.0.1',
+      searchAttributes: Object.values(SEARCH_ATTRIBUTES),
+      log: { format: 'pretty', level: 'error' },
+      ...(options.dbFilename ? { dbFilename: options.dbFilename } : {}),
+    },
+  });
 }

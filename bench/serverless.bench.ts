@@ -65,13 +65,13 @@
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
@@ -85,7 +85,7 @@ import { rotateTokens } from '../domain/serverless/manage';
 import { temporalScheduleId } from '../domain/serverless/cron';
 import { findTenant } from '../domain/serverless/store';
 import { provisionTargetOf } from '../domain/provisioning';
-import { SEARCH_ATTRIBUTES, TemporalGateway, temporalOptionsOf } from '../infra/temporal';
+import { TemporalGateway, temporalOptionsOf } from '../infra/temporal';
 import { freeLoopbackPort } from '../providers/local-server';
 import { RedisServer, redisAdminConnection, stopRedisServer } from '../providers/redis/redis.server';
 import { WorkerdRuntime } from '../providers/workerd/runtime';
@@ -95,7 +95,7 @@ import { ask, exitWithParent, runMain, startChild, type Child, type ChildMessage
 import { childPidsByName, cpuDelta, cpuSnapshot, pgBackendPids, procCpuSeconds, processTree } from './cpu';
 import { median, summarize, type Summary } from './stats';
 import { vitestRunning, watchForSuites } from './suite-watch';
-import { load, now, sleep, verdict } from './kit';
+import { load, now, sleep, verdict, localTemporal } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean);
@@ -130,7 +130,6 @@ const KV_TARGET = 0.5;
 const FN_TARGET_MS = 2;
 const CRON_TARGET_MS = 1_000;
 const root = path.resolve(__dirname, '..');
-const cli = path.join(root, '.tools/venv/bin/temporal');
 
 /** Wall clock with sub-millisecond resolution, comparable with PostgreSQL's and Temporal's clocks on this machine. */
 const wall = () => performance.timeOrigin + performance.now();
@@ -721,17 +720,9 @@ request = function() return wrk.format("PUT", "/kv/v1/ns/bench/keys/k" .. math.r
         await plane.stop();
         plane = null;
       }
-      if (!existsSync(cli)) throw new Error(`${cli} is missing: run bash scripts/ensure-tools.sh`);
       Runtime.install({ logger: new DefaultLogger('ERROR') });
       const t0 = now();
-      env = await TestWorkflowEnvironment.createLocal({
-        server: {
-          executable: { type: 'existing-path', path: cli },
-          ip: '127.0.0.1',
-          searchAttributes: Object.values(SEARCH_ATTRIBUTES),
-          log: { format: 'pretty', level: 'error' },
-        },
-      });
+      env = await localTemporal();
       const taskQueue = `bench-${randomBytes(4).toString('hex')}`;
       const temporalEnv = { TEMPORAL_ADDRESS: env.address, TEMPORAL_NAMESPACE: 'default', TEMPORAL_TASK_QUEUE: taskQueue, TEMPORAL_SEARCH_ATTRIBUTES: '1' };
       // The worker as `npm run worker` runs it, simulated backends, its servers' directories in the scratch directory.

@@ -54,13 +54,13 @@
 import { parseWrk, type WrkResult } from './wrk';
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { createApi } from '../api/bootstrap';
 import { loadConfig } from '../common/config';
@@ -71,7 +71,6 @@ import { provisionTargetOf } from '../domain/provisioning';
 import { ALL_SCOPES } from '../domain/scopes';
 import { WordpressProvisioner } from '../domain/wordpress/provisioner';
 import { createProviders } from '../families';
-import { SEARCH_ATTRIBUTES } from '../infra/temporal';
 import { DbInstancesAdapter } from '../providers/dbinstances/dbinstances.adapter';
 import { accountNameFor, removeAccount } from '../providers/os-accounts';
 import { SitePhpFpm } from '../providers/wordpress/php-fpm';
@@ -81,7 +80,7 @@ import { createAccount, createApiKey, createUser } from '../test/helpers/fixture
 import { restartableWorker } from '../test/helpers/worker';
 import { runMain } from './children';
 import { median } from './stats';
-import { load, now, sleep, verdict, recordChildProcesses } from './kit';
+import { load, now, sleep, verdict, recordChildProcesses, localTemporal } from './kit';
 
 const arg = (name: string, fallback: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const list = (s: string) => s.split(',').filter(Boolean);
@@ -96,7 +95,6 @@ const CREATE_TARGET_MS = 15_000;
 const FIRST_200_TIMEOUT_MS = 60_000;
 const APPLY_TIMEOUT_MS = 600_000;
 const root = path.resolve(__dirname, '..');
-const cli = path.join(root, '.tools/venv/bin/temporal');
 const CLK_TCK = 100;
 
 const s = (ms: number) => (Number.isFinite(ms) ? (ms / 1000).toFixed(2) : '-');
@@ -718,7 +716,6 @@ function stepSplit(a: ApplyTiming): string {
 
 async function main() {
   if (process.getuid?.() !== 0) throw new Error('run as root: each site runs as an OS account of its own');
-  if (!existsSync(cli)) throw new Error(`${cli} is missing: run bash scripts/ensure-tools.sh`);
   if (spawnSync('wrk', ['-v']).error) throw new Error('wrk is missing: apt-get install wrk');
   if (SITES < 1 + 2 * APPLY_ROUNDS) throw new Error(`--sites must be at least 1 + 2 x --apply-rounds (${1 + 2 * APPLY_ROUNDS})`);
   const verdicts: Array<{ label: string; detail: string; ok: boolean }> = [];
@@ -740,14 +737,7 @@ async function main() {
   // The SDK's own SIGINT handling would stop the worker under the clean-up: runMain's does it.
   // Its core's own log to errors only: after a Ctrl-C (which stops the Temporal server too) the worker retries polling until stopped.
   Runtime.install({ logger: new DefaultLogger('ERROR'), shutdownSignals: [], telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' } } } });
-  env = await TestWorkflowEnvironment.createLocal({
-    server: {
-      executable: { type: 'existing-path', path: cli },
-      ip: '127.0.0.1',
-      searchAttributes: Object.values(SEARCH_ATTRIBUTES),
-      log: { format: 'pretty', level: 'error' },
-    },
-  });
+  env = await localTemporal();
   const taskQueue = `bench-${randomBytes(4).toString('hex')}`;
   const config = loadConfig({
     ...process.env,
