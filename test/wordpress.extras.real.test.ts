@@ -1,7 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,7 +11,7 @@ import { startMailCatcher } from '../scripts/mail-catcher';
 import { startDnsAnswers, type DnsAnswers } from './helpers/dns-answers';
 import { startStack, type Stack } from './helpers/stack';
 import { waitFor } from './orders.support';
-import { createSite, siteApi, type TestSite } from './wordpress.support';
+import { createSite, siteApi, type TestSite, viaNginx, sitesPort } from './wordpress.support';
 
 /**
  * More of hosted WordPress on the real backend (WORDPRESS_BACKEND=local; test/wordpress.real.test.ts
@@ -36,27 +35,7 @@ chmodSync(dataDir, 0o711);
 const mailDir = mkdtempSync(path.join(tmpdir(), 'wp-extras-mail-'));
 
 const siteRoot = () => path.join(dataDir, 'sites', `svc-${site.serviceId}`);
-const nginxPort = () => (stack.api.deps.providers.wordpress as unknown as { nginx: { settings(): { port: number } } }).nginx.settings().port;
-
-function viaNginx(
-  host: string,
-  urlPath = '/',
-  opts: { method?: string; headers?: Record<string, string> } = {},
-): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      { host: '127.0.0.1', port: nginxPort(), path: urlPath, method: opts.method ?? 'GET', headers: { host, ...opts.headers }, agent: false },
-      (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (body += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-      },
-    );
-    req.on('error', reject);
-    req.end();
-  });
-}
+const nginxPort = () => sitesPort(stack);
 
 /** Writes a file of the site's own (as its account would): owner the account, readable by the web server. */
 function writeSiteFile(file: string, content: string): void {
@@ -74,7 +53,7 @@ if (isset($_GET['sleep'])) { usleep(min(500, (int) $_GET['sleep']) * 1000); }
 echo json_encode(array('memory_limit' => ini_get('memory_limit'), 'pid' => getmypid()));
 `;
 const probe = async (query = '') => {
-  const res = await viaNginx(SITE, `/wp-content/cloud-probe.php${query}`);
+  const res = await viaNginx(stack, SITE, `/wp-content/cloud-probe.php${query}`);
   return { status: res.status, json: res.status === 200 ? (JSON.parse(res.body) as { memory_limit: string; pid: number }) : null };
 };
 
@@ -214,7 +193,7 @@ describe('custom domains on the real nginx', () => {
   it('an apex: served with its www. form, a certificate of the host CA, primary, then removed', async () => {
     dns.set(APEX, '127.0.0.1');
     dns.set(`www.${APEX}`, '127.0.0.1');
-    expect((await viaNginx(`www.${APEX}`)).status).toBe(404);
+    expect((await viaNginx(stack, `www.${APEX}`)).status).toBe(404);
     const added = await api.post(`/v1/wordpress/${site.id}/domains`, { domain: APEX });
     expect(added.status, added.text).toBe(201);
     expect(added.body).toMatchObject({ domain: APEX, primary: true, platform: false, certificate_status: 'active' });
@@ -233,12 +212,12 @@ describe('custom domains on the real nginx', () => {
 
     // Primary: home is the www. form, and the page's links use it.
     expect(await home()).toBe(`http://www.${APEX}`);
-    const page = await viaNginx(`www.${APEX}`);
+    const page = await viaNginx(stack, `www.${APEX}`);
     expect(page.status, page.body.slice(0, 300)).toBe(200);
     expect(page.body).toContain(`http://www.${APEX}/`);
     expect(page.body).not.toContain(`http://${SITE}/`);
     // The apex itself is served too: WordPress sends it to the primary form.
-    const apex = await viaNginx(APEX);
+    const apex = await viaNginx(stack, APEX);
     expect(apex.status).toBe(301);
     expect(apex.headers.location).toBe(`http://www.${APEX}/`);
     const domains = (await api.get(`/v1/wordpress/${site.id}/domains`)).body.data as Array<{ id: string; domain: string; platform: boolean }>;
@@ -249,18 +228,18 @@ describe('custom domains on the real nginx', () => {
     const back = await api.post(`/v1/wordpress/${site.id}/domains/${platform.id}/primary`);
     expect(back.status, back.text).toBe(200);
     expect(await home()).toBe(`http://${SITE}`);
-    expect((await viaNginx(SITE)).body).toContain(`http://${SITE}/`);
+    expect((await viaNginx(stack, SITE)).body).toContain(`http://${SITE}/`);
     expect((await api.post(`/v1/wordpress/${site.id}/domains/${custom.id}/primary`)).status).toBe(200);
     expect(await home()).toBe(`http://www.${APEX}`);
-    expect((await viaNginx(`www.${APEX}`)).body).toContain(`http://www.${APEX}/`);
+    expect((await viaNginx(stack, `www.${APEX}`)).body).toContain(`http://www.${APEX}/`);
 
     const removed = await api.del(`/v1/wordpress/${site.id}/domains/${custom.id}`);
     expect(removed.status, removed.text).toBe(204);
-    expect((await viaNginx(`www.${APEX}`)).status).toBe(404);
-    expect((await viaNginx(APEX)).status).toBe(404);
+    expect((await viaNginx(stack, `www.${APEX}`)).status).toBe(404);
+    expect((await viaNginx(stack, APEX)).status).toBe(404);
     expect(await home()).toBe(`http://${SITE}`);
     expect(existsSync(cert)).toBe(false);
-    expect((await viaNginx(SITE)).status).toBe(200);
+    expect((await viaNginx(stack, SITE)).status).toBe(200);
   }, 120_000);
 });
 
@@ -270,13 +249,13 @@ describe('the CDN stand-in', () => {
     writeSiteFile(file, 'first version\n');
     const own = `http://${SITE}/wp-content/uploads/cdnprobe.txt`;
     await stack.api.deps.providers.wordpress.updateOptions(site.serviceId, { blogdescription: `Media at ${own}` });
-    expect((await viaNginx(SITE)).body).toContain(own);
+    expect((await viaNginx(stack, SITE)).body).toContain(own);
 
     const enabled = await api.post(`/v1/wordpress/${site.id}/cdn/enable`);
     expect(enabled.status, enabled.text).toBe(200);
     expect(enabled.body.url).toBe(`http://127.0.0.1:${nginxPort()}/_cdn/svc_${site.serviceId}`);
     const cdn = `${enabled.body.url}/wp-content/uploads/cdnprobe.txt`;
-    const page = (await viaNginx(SITE)).body;
+    const page = (await viaNginx(stack, SITE)).body;
     expect(page).toContain(cdn);
     expect(page).not.toContain(own);
 
@@ -298,7 +277,7 @@ describe('the CDN stand-in', () => {
     const disabled = await api.post(`/v1/wordpress/${site.id}/cdn/disable`);
     expect(disabled.status, disabled.text).toBe(200);
     expect(disabled.body).toMatchObject({ enabled: false, url: null });
-    const after = (await viaNginx(SITE)).body;
+    const after = (await viaNginx(stack, SITE)).body;
     expect(after).toContain(own);
     expect(after).not.toContain('/_cdn/');
     expect((await fetch(cdn)).status).toBe(404);
@@ -338,7 +317,7 @@ describe('mail through the relay', () => {
 
 describe('logs', () => {
   it('access (paths without query strings), error and php', async () => {
-    await viaNginx(SITE, '/extras-log-probe/?token=do-not-log-me');
+    await viaNginx(stack, SITE, '/extras-log-probe/?token=do-not-log-me');
     const access = await api.get(`/v1/wordpress/${site.id}/logs?source=access&lines=20`);
     expect(access.status, access.text).toBe(200);
     const messages = access.body.data.map((l: { message: string }) => l.message) as string[];
@@ -346,7 +325,7 @@ describe('logs', () => {
     expect(JSON.stringify(access.body)).not.toContain('do-not-log-me');
     expect(access.body.data.at(-1)).toMatchObject({ source: 'access', level: expect.any(String) });
 
-    expect((await viaNginx(SITE, '/.extras-hidden')).status).toBe(403);
+    expect((await viaNginx(stack, SITE, '/.extras-hidden')).status).toBe(403);
     const error = await api.get(`/v1/wordpress/${site.id}/logs?source=error&lines=20`);
     expect(error.status, error.text).toBe(200);
     expect(error.body.data).toContainEqual(
@@ -397,7 +376,7 @@ describe('monitoring', () => {
     const answer = await probe();
     expect(answer.status).toBe(200);
     expect(answer.json?.memory_limit).toBe('192M');
-    expect((await viaNginx(SITE)).status).toBe(200);
+    expect((await viaNginx(stack, SITE)).status).toBe(200);
   }, 60_000);
 });
 

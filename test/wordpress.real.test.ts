@@ -11,7 +11,7 @@ import { WordpressProvisioner } from '../domain/wordpress/provisioner';
 import { lookupAccount } from '../providers/os-accounts';
 import { startStack, type Stack } from './helpers/stack';
 import { storedOperation, waitFor } from './orders.support';
-import { createSite, siteApi, type TestSite } from './wordpress.support';
+import { createSite, siteApi, type TestSite, viaNginx } from './wordpress.support';
 
 /**
  * Hosted sites on real WordPress (WORDPRESS_BACKEND=local): php-fpm per site as its own account,
@@ -28,25 +28,6 @@ let api: ReturnType<typeof siteApi>;
 let zips: { url(name: string): string; hits(name: string): number; close(): Promise<void> };
 const dataDir = mkdtempSync(path.join(tmpdir(), 'wp-real-'));
 chmodSync(dataDir, 0o711);
-
-/** GET (or any method) through the sites' nginx with `Host: host`. */
-function viaNginx(
-  host: string,
-  urlPath = '/',
-  opts: { method?: string; headers?: Record<string, string> } = {},
-): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
-  const port = (stack.api.deps.providers.wordpress as unknown as { nginx: { settings(): { port: number } } }).nginx.settings().port;
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: urlPath, method: opts.method ?? 'GET', headers: { host, ...opts.headers } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 const titleOf = (html: string) => /<title>([^<]*)<\/title>/.exec(html)?.[1] ?? null;
 
@@ -138,10 +119,10 @@ afterAll(async () => {
 
 describe('a real WordPress site', () => {
   it('answers HTTP by Host with the site name as its title; the API shows it live', async () => {
-    const page = await viaNginx('shop.example.test');
+    const page = await viaNginx(stack, 'shop.example.test');
     expect(page.status, page.body.slice(0, 500)).toBe(200);
     expect(titleOf(page.body)).toContain('shop.example.test');
-    expect((await viaNginx('nobody.example.test')).status).toBe(404);
+    expect((await viaNginx(stack, 'nobody.example.test')).status).toBe(404);
     const got = await api.get(`/v1/wordpress/${site.id}`);
     expect(got.status, got.text).toBe(200);
     expect(got.body).toMatchObject({
@@ -158,16 +139,16 @@ describe('a real WordPress site', () => {
     expect(made.status, made.text).toBe(200);
     const url = new URL(made.body.url);
     expect(url.host).toBe('shop.example.test');
-    const first = await viaNginx(url.host, `${url.pathname}${url.search}`);
+    const first = await viaNginx(stack, url.host, `${url.pathname}${url.search}`);
     expect(first.status).toBe(302);
     expect(first.headers.location).toMatch(/\/wp-admin\/$/);
     const cookies = first.headers['set-cookie'] ?? [];
     expect(cookies.some((c) => c.startsWith('wordpress_logged_in_'))).toBe(true);
     // The cookies open wp-admin.
-    const admin = await viaNginx(url.host, '/wp-admin/', { headers: { cookie: cookies.map((c) => c.split(';')[0]).join('; ') } });
+    const admin = await viaNginx(stack, url.host, '/wp-admin/', { headers: { cookie: cookies.map((c) => c.split(';')[0]).join('; ') } });
     expect(admin.status).toBe(200);
     expect(admin.body).toContain('wp-admin');
-    const second = await viaNginx(url.host, `${url.pathname}${url.search}`);
+    const second = await viaNginx(stack, url.host, `${url.pathname}${url.search}`);
     expect(second.status).toBe(403);
     expect(second.headers['set-cookie'] ?? []).not.toContainEqual(expect.stringMatching(/^wordpress_logged_in_/));
     // The token never reaches the access log.
@@ -179,27 +160,27 @@ describe('a real WordPress site', () => {
     const installed = await api.post(`/v1/wordpress/${site.id}/plugins`, { slug: 'cloud-hello', version: '1.0.0' });
     expect(installed.status, installed.text).toBe(201);
     expect(installed.body).toMatchObject({ slug: 'cloud-hello', version: '1.0.0', active: true, update_available: true, latest_version: '1.1.0' });
-    expect((await viaNginx('shop.example.test')).headers['x-cloud-hello']).toBe('1.0.0');
+    expect((await viaNginx(stack, 'shop.example.test')).headers['x-cloud-hello']).toBe('1.0.0');
     const updated = await api.post(`/v1/wordpress/${site.id}/plugins/cloud-hello/update`);
     expect(updated.status, updated.text).toBe(200);
-    expect((await viaNginx('shop.example.test')).headers['x-cloud-hello']).toBe('1.1.0');
+    expect((await viaNginx(stack, 'shop.example.test')).headers['x-cloud-hello']).toBe('1.1.0');
     const off = await api.post(`/v1/wordpress/${site.id}/plugins/cloud-hello/deactivate`);
     expect(off.body.active).toBe(false);
-    expect((await viaNginx('shop.example.test')).headers['x-cloud-hello']).toBeUndefined();
+    expect((await viaNginx(stack, 'shop.example.test')).headers['x-cloud-hello']).toBeUndefined();
   }, 120_000);
 
   it('backup, change, restore: the old content comes back', async () => {
     const backup = await operationOf(await api.post(`/v1/wordpress/${site.id}/backups`));
     expect(backup.status, JSON.stringify(backup.error)).toBe('succeeded');
     await stack.api.deps.providers.wordpress.updateOptions(site.serviceId, { blogname: 'Changed after the backup' });
-    expect(titleOf((await viaNginx('shop.example.test')).body)).toContain('Changed after the backup');
+    expect(titleOf((await viaNginx(stack, 'shop.example.test')).body)).toContain('Changed after the backup');
     const restore = await operationOf(await api.post(`/v1/wordpress/${site.id}/backups/${backup.result.backup_id}/restore`));
     expect(restore.status, JSON.stringify(restore.error)).toBe('succeeded');
-    const title = titleOf((await viaNginx('shop.example.test')).body);
+    const title = titleOf((await viaNginx(stack, 'shop.example.test')).body);
     expect(title).toContain('shop.example.test');
     expect(title).not.toContain('Changed');
     // wp-content came back readable by the web server (its theme's static files are served).
-    const css = await viaNginx('shop.example.test', '/wp-content/themes/twentytwentythree/style.css');
+    const css = await viaNginx(stack, 'shop.example.test', '/wp-content/themes/twentytwentythree/style.css');
     expect(css.status).toBe(200);
     expect(css.body).toContain('Twenty Twenty-Three');
   }, 240_000);
@@ -211,7 +192,7 @@ describe('a real WordPress site', () => {
     expect(after.status, after.text).toBe(200);
     expect(after.body).toMatchObject({ current_version: '6.1.10', update_available: false });
     expect((await stack.api.deps.providers.wordpress.getOption(site.serviceId, 'db_version')) as string).toBe('53497');
-    expect((await viaNginx('shop.example.test')).status).toBe(200);
+    expect((await viaNginx(stack, 'shop.example.test')).status).toBe(200);
   }, 120_000);
 });
 
@@ -259,7 +240,7 @@ describe('recipes on a real site', () => {
     ]);
     expect(op.result.secrets).toEqual({ names: ['SHOP_API_SECRET'], claim: `/v1/wordpress/${site.id}/recipes/secrets` });
     expect(JSON.stringify(op)).not.toMatch(/[0-9a-f]{64}/);
-    const page = await viaNginx('shop.example.test');
+    const page = await viaNginx(stack, 'shop.example.test');
     expect(page.headers['x-cloud-hello']).toBe('1.0.0');
     expect(page.headers['x-recipe-extra']).toBe('on');
     expect(page.body).toContain('Set by a recipe');
@@ -371,7 +352,7 @@ describe('tenants on one host', () => {
       gid: account.gid,
     });
     for (const name of ['peek.txt', 'peek.txt2']) {
-      const peek = await viaNginx('shop.example.test', `/wp-content/uploads/${name}`);
+      const peek = await viaNginx(stack, 'shop.example.test', `/wp-content/uploads/${name}`);
       expect(peek.status).not.toBe(200);
       expect(peek.body).not.toMatch(/BEGIN CERTIFICATE|Akismet/);
     }

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import http from 'node:http';
 import { DEFAULT_CAPABILITIES } from '../domain/capabilities';
 import { provisionTargetOf } from '../domain/provisioning';
 import { WordpressProvisioner } from '../domain/wordpress/provisioner';
@@ -50,4 +51,30 @@ export function siteApi(stack: Stack, token = stack.owner.key) {
     patch: (p: string, body?: unknown) => stack.http.request('PATCH', p, { token, body }),
     del: (p: string) => stack.http.request('DELETE', p, { token }),
   };
+}
+
+/** The port of the sites' nginx (WORDPRESS_BACKEND=local). */
+export const sitesPort = (stack: Stack): number =>
+  (stack.api.deps.providers.wordpress as unknown as { nginx: { settings(): { port: number } } }).nginx.settings().port;
+
+/** GET (or any method) through the sites' nginx with `Host: host`, on a connection of its own. */
+export function viaNginx(
+  stack: Stack,
+  host: string,
+  urlPath = '/',
+  opts: { method?: string; headers?: Record<string, string> } = {},
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: '127.0.0.1', port: sitesPort(stack), path: urlPath, method: opts.method ?? 'GET', headers: { host, ...opts.headers }, agent: false },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
 }
