@@ -33,29 +33,19 @@ export class TenantDirectory {
   knownBearer(primitive: Primitive, authorization: string | undefined): LiveTenant | undefined {
     const kept = authorization === undefined ? undefined : this.tokens.get(primitive)?.get(authorization);
     if (kept === undefined || Date.now() - kept.at >= TRUST_MS) return undefined;
-    const tenant = kept.tenant;
-    if (!tenant || ENDED.has(tenant.status)) throw invalidToken(primitive);
-    requireServing(tenant);
-    return tenant;
+    return serving(primitive, kept.tenant);
   }
 
   async bearer(primitive: Primitive, authorization: string | undefined): Promise<LiveTenant> {
+    const known = this.knownBearer(primitive, authorization);
+    if (known) return known;
+    const match = authorization ? /^Bearer\s+(\S+)\s*$/i.exec(authorization) : null;
+    if (!match) throw new DataPlaneError(401, 'authentication_error', 'authentication_required', 'Send the token as "Authorization: Bearer <token>".');
+    const token = match[1];
+    if (!token.startsWith(TOKEN_PREFIX[primitive])) throw invalidToken(primitive);
     let cache = this.tokens.get(primitive);
     if (!cache) this.tokens.set(primitive, (cache = new Map()));
-    const kept = authorization === undefined ? undefined : cache.get(authorization);
-    let tenant: LiveTenant | null;
-    if (kept !== undefined && Date.now() - kept.at < TRUST_MS) {
-      tenant = kept.tenant;
-    } else {
-      const match = authorization ? /^Bearer\s+(\S+)\s*$/i.exec(authorization) : null;
-      if (!match) throw new DataPlaneError(401, 'authentication_error', 'authentication_required', 'Send the token as "Authorization: Bearer <token>".');
-      const token = match[1];
-      if (!token.startsWith(TOKEN_PREFIX[primitive])) throw invalidToken(primitive);
-      tenant = await this.remembered(cache, authorization!, () => tenantOfToken(this.db, primitive, token));
-    }
-    if (!tenant || ENDED.has(tenant.status)) throw invalidToken(primitive);
-    requireServing(tenant);
-    return tenant;
+    return serving(primitive, await this.remembered(cache, authorization!, () => tenantOfToken(this.db, primitive, token)));
   }
 
   /** A tenant named by its handle (a function's public URL); null when there is none or it has ended. */
@@ -77,6 +67,13 @@ export class TenantDirectory {
 
 /** Statuses in which a tenant's tokens no longer work (its service is over). */
 const ENDED = new Set(['terminated', 'cancelled', 'fraud']);
+
+/** The tenant a token names, when it may be served: refused with `bearer`'s errors otherwise. */
+function serving(primitive: Primitive, tenant: LiveTenant | null): LiveTenant {
+  if (!tenant || ENDED.has(tenant.status)) throw invalidToken(primitive);
+  requireServing(tenant);
+  return tenant;
+}
 
 const invalidToken = (primitive: Primitive) =>
   new DataPlaneError(401, 'authentication_error', 'invalid_token', `The token is not a live token of this serverless ${primitive} service.`);
