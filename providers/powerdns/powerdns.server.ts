@@ -194,13 +194,14 @@ function configText(o: {
   ].join('\n');
 }
 
-/** A start that failed; `output` is what the server wrote meanwhile. */
+/** A start that failed: how the server ended (null: it did not answer in time, and was stopped), and what it wrote meanwhile. */
 class PowerDnsStartError extends Error {
   constructor(
-    message: string,
+    readonly ended: string | null,
+    readonly timeoutMs: number,
     readonly output: string[],
   ) {
-    super(message);
+    super(`PowerDNS did not start (${ended ?? `no answer within ${timeoutMs} ms`}):\n${output.slice(-10).join('\n')}`);
   }
 
   /** The server could not bind a port ("Unable to bind UDP socket to '127.0.0.1:5300': Address already in use"). */
@@ -210,7 +211,7 @@ class PowerDnsStartError extends Error {
 
   /** It ended without a line of output. */
   get silent(): boolean {
-    return this.output.length === 0 && /\((it exited|it was killed)/.test(this.message);
+    return this.output.length === 0 && this.ended !== null;
   }
 }
 
@@ -429,7 +430,7 @@ export class PowerDnsServer {
     for (const line of output) options.log?.(line);
     if (answered) return server;
     await server.stop();
-    throw new PowerDnsStartError(`PowerDNS did not start (${ended ?? `no answer within ${timeoutMs} ms`}):\n${output.slice(-10).join('\n')}`, output);
+    throw new PowerDnsStartError(ended, timeoutMs, output);
   }
 
   /** True when the API answers this key (for a run that finds a server already up). */
